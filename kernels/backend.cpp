@@ -1,0 +1,50 @@
+#include "kernels/backend.h"
+
+namespace ringflow {
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::tanh: return "tanh";
+  }
+  return "?";
+}
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+    case BinaryOp::pow: return "pow";
+    case BinaryOp::maximum: return "maximum";
+    case BinaryOp::minimum: return "minimum";
+    case BinaryOp::eq: return "eq";
+    case BinaryOp::ne: return "ne";
+    case BinaryOp::lt: return "lt";
+    case BinaryOp::le: return "le";
+    case BinaryOp::gt: return "gt";
+    case BinaryOp::ge: return "ge";
+    case BinaryOp::relu_backward: return "relu_backward";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::mean: return "mean";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::argmax: return "argmax";
+  }
+  return "?";
+}
+
+}  // namespace ringflow

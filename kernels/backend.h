@@ -1,0 +1,128 @@
+// A backend is a table of kernel functions over Views, one table per implementation:
+// reference (naive loops, the oracle for tests), cpu (oneDNN + own loops) and cuda.
+// framework/dispatch.cpp is the one place that picks a table for a tensor's device.
+//
+// Conventions for every kernel:
+// - outputs come first and are already allocated with their final shape and dtype;
+// - inputs of elementwise kernels are already broadcast to the output shape (stride 0);
+// - 4-D tensors are (N, C, H, W) in their sizes whatever their memory layout (strides);
+// - a null entry means "not implemented here": dispatch throws naming the op and device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/view.h"
+
+namespace ringflow {
+
+enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, abs, sigmoid, tanh };
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, pow, maximum, minimum,
+  eq, ne, lt, le, gt, ge,   // 1 where true, 0 where false, in the operands' dtype
+  relu_backward,            // out = b > 0 ? a : 0   (a: incoming gradient, b: relu input)
+};
+enum class ReduceOp : uint8_t { sum, mean, max, min, argmax };
+
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+const char* reduce_op_name(ReduceOp op);
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+};
+
+// PyTorch semantics: symmetric padding; ceil_mode lets the last window start inside the
+// (left-)padded input; avg divisor counts padding cells (not ceil overhang) when
+// count_include_pad, else only input cells.
+struct Pool2dParams {
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+
+struct Backend {
+  const char* name = "?";
+  // The framework then allocates 4-D activations (conv outputs) channels-last (NHWC).
+  bool prefers_channels_last = false;
+
+  // Memory of this backend's device.
+  void* (*allocate)(size_t nbytes) = nullptr;
+  void (*deallocate)(void* ptr, size_t nbytes) = nullptr;
+
+  // dst = src elementwise, converting dtype; same shapes, any strides. Both on this device.
+  void (*copy)(const View& dst, const View& src) = nullptr;
+  void (*fill)(const View& dst, double value) = nullptr;
+  // out[i] = low + (high - low) * u  etc. are done by the framework's generator on the host.
+
+  void (*unary)(UnaryOp op, const View& out, const View& in) = nullptr;
+  void (*binary)(BinaryOp op, const View& out, const View& a, const View& b) = nullptr;
+  void (*where)(const View& out, const View& cond, const View& a, const View& b) = nullptr;
+
+  // out has in's rank with size 1 in every reduced dim; argmax writes i64 and reduces
+  // exactly one dim (first maximum wins, as PyTorch). sum/mean accumulate in f32 or wider.
+  void (*reduce)(ReduceOp op, const View& out, const View& in) = nullptr;
+
+  // out (B, M, N) = a (B, M, K) @ b (B, K, N); any strides (batch stride 0 broadcasts).
+  void (*matmul)(const View& out, const View& a, const View& b) = nullptr;
+
+  // out = in.gather(dim, index); index i64 with out's shape.
+  void (*gather)(const View& out, const View& in, int64_t dim, const View& index) = nullptr;
+  // out.scatter_add_(dim, index, src): out[.., index[i], ..] += src[i].
+  void (*scatter_add)(const View& out, int64_t dim, const View& index, const View& src) = nullptr;
+
+  // x (N, C, H, W), w (K, C, R, S), bias (K) or null, y (N, K, P, Q).
+  void (*conv2d_forward)(const View& y, const View& x, const View& w, const View* bias,
+                         const Conv2dParams& p) = nullptr;
+  void (*conv2d_backward_data)(const View& dx, const View& dy, const View& w,
+                               const Conv2dParams& p) = nullptr;
+  // db may be null.
+  void (*conv2d_backward_weights)(const View& dw, const View* db, const View& dy,
+                                  const View& x, const Conv2dParams& p) = nullptr;
+
+  // The returned workspace (may be empty) is handed back to backward with the same x.
+  Workspace (*max_pool2d_forward)(const View& y, const View& x, const Pool2dParams& p) = nullptr;
+  void (*max_pool2d_backward)(const View& dx, const View& dy, const View& x,
+                              const Workspace& ws, const Pool2dParams& p) = nullptr;
+  void (*avg_pool2d_forward)(const View& y, const View& x, const Pool2dParams& p) = nullptr;
+  void (*avg_pool2d_backward)(const View& dx, const View& dy, const Pool2dParams& p) = nullptr;
+  // PyTorch's adaptive bins: start = floor(i*H/P), end = ceil((i+1)*H/P).
+  void (*adaptive_avg_pool2d_forward)(const View& y, const View& x) = nullptr;
+  void (*adaptive_avg_pool2d_backward)(const View& dx, const View& dy) = nullptr;
+
+  // Batch norm over (N, H, W) per channel C of a 4-D x, or over N of a 2-D x (N, C).
+  // gamma/beta may be null (no affine). Training writes the batch mean and the biased
+  // variance; eval reads running mean and (unbiased) running variance. Stats are f32
+  // (f64 for f64 inputs).
+  void (*batch_norm_forward_train)(const View& y, const View& mean, const View& var,
+                                   const View& x, const View* gamma, const View* beta,
+                                   double eps) = nullptr;
+  void (*batch_norm_forward_eval)(const View& y, const View& x, const View& mean,
+                                  const View& var, const View* gamma, const View* beta,
+                                  double eps) = nullptr;
+  // mean/var as written by forward_train; dgamma/dbeta may be null.
+  void (*batch_norm_backward)(const View& dx, const View* dgamma, const View* dbeta,
+                              const View& dy, const View& x, const View& mean,
+                              const View& var, const View* gamma, double eps) = nullptr;
+
+  // Softmax (or log-softmax when log) along dim; backward takes the forward output y.
+  void (*softmax_forward)(const View& y, const View& x, int64_t dim, bool log) = nullptr;
+  void (*softmax_backward)(const View& dx, const View& dy, const View& y, int64_t dim,
+                           bool log) = nullptr;
+};
+
+// The tables. reference and cpu always exist; cuda_backend() returns null when ringflow
+// was built without CUDA.
+const Backend& reference_backend();
+const Backend& cpu_backend();
+const Backend* cuda_backend();
+
+// Thread count used by the CPU kernels (oneDNN/OpenMP and own loops) for the process.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace ringflow

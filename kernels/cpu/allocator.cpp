@@ -1,0 +1,93 @@
+#include "kernels/cpu/allocator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace ringflow {
+namespace {
+
+// Blocks from 1 MiB up are cached: the step-to-step working set of a training loop
+// (activations, gradients) is the same set of sizes every iteration.
+constexpr size_t kCacheThreshold = size_t{1} << 20;
+constexpr size_t kAlignment = 64;
+
+struct Cache {
+  std::mutex mutex;
+  std::multimap<size_t, void*> free_blocks;  // rounded size -> block
+  CpuAllocatorStats stats;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: tensors may outlive static destruction
+  return *c;
+}
+
+size_t rounded(size_t nbytes) {
+  if (nbytes < kCacheThreshold) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  constexpr size_t kPage = size_t{1} << 16;
+  return (nbytes + kPage - 1) / kPage * kPage;
+}
+
+void* system_allocate(size_t size) {
+  void* p = std::aligned_alloc(kAlignment, std::max<size_t>(size, kAlignment));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+void* cpu_allocate(size_t nbytes) {
+  const size_t size = rounded(nbytes);
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    c.stats.allocated += size;
+    c.stats.peak_allocated = std::max(c.stats.peak_allocated, c.stats.allocated);
+    if (size >= kCacheThreshold) {
+      auto it = c.free_blocks.find(size);
+      if (it != c.free_blocks.end()) {
+        void* p = it->second;
+        c.free_blocks.erase(it);
+        c.stats.cached -= size;
+        return p;
+      }
+      ++c.stats.large_system_allocs;
+    }
+  }
+  return system_allocate(size);
+}
+
+void cpu_deallocate(void* ptr, size_t nbytes) {
+  if (!ptr) return;
+  const size_t size = rounded(nbytes);
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mutex);
+    c.stats.allocated -= size;
+    if (size >= kCacheThreshold) {
+      c.free_blocks.emplace(size, ptr);
+      c.stats.cached += size;
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+CpuAllocatorStats cpu_allocator_stats() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  return c.stats;
+}
+
+void cpu_allocator_release_cache() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  for (auto& [size, p] : c.free_blocks) std::free(p);
+  c.free_blocks.clear();
+  c.stats.cached = 0;
+}
+
+}  // namespace ringflow

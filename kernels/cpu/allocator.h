@@ -1,0 +1,22 @@
+// Host memory for tensors: 64-byte aligned; large blocks are cached and reused by size so
+// that a training step does not hand big buffers back to the kernel and fault them in
+// again (glibc unmaps blocks over 32 MiB on free). Thread-safe.
+#pragma once
+
+#include <cstddef>
+
+namespace ringflow {
+
+void* cpu_allocate(size_t nbytes);
+void cpu_deallocate(void* ptr, size_t nbytes);
+
+struct CpuAllocatorStats {
+  size_t allocated = 0;      // bytes handed out now
+  size_t cached = 0;         // bytes held in the cache, not handed out
+  size_t peak_allocated = 0;
+  size_t large_system_allocs = 0;  // blocks of 1 MiB or more that the cache could not serve
+};
+CpuAllocatorStats cpu_allocator_stats();
+void cpu_allocator_release_cache();  // give cached blocks back to the system
+
+}  // namespace ringflow

@@ -1,0 +1,40 @@
+// The CPU backend table: reference_backend() with the fast kernels of kernels/cpu/ on top.
+// Each fast kernel falls back to the reference entry for operands it does not take.
+#include "kernels/backend.h"
+
+#include "kernels/cpu/allocator.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace ringflow {
+
+const Backend& cpu_backend() {
+  static const Backend table = [] {
+    Backend b = reference_backend();
+    b.name = "cpu";
+    b.allocate = cpu_allocate;
+    b.deallocate = cpu_deallocate;
+    b.copy = cpu::copy;
+    b.fill = cpu::fill;
+    b.unary = cpu::unary;
+    b.binary = cpu::binary;
+    b.where = cpu::where;
+    b.reduce = cpu::reduce;
+    b.matmul = cpu::matmul;
+    b.conv2d_forward = cpu::conv2d_forward;
+    b.conv2d_backward_data = cpu::conv2d_backward_data;
+    b.conv2d_backward_weights = cpu::conv2d_backward_weights;
+    b.max_pool2d_forward = cpu::max_pool2d_forward;
+    b.max_pool2d_backward = cpu::max_pool2d_backward;
+    b.avg_pool2d_forward = cpu::avg_pool2d_forward;
+    b.avg_pool2d_backward = cpu::avg_pool2d_backward;
+    b.batch_norm_forward_train = cpu::batch_norm_forward_train;
+    b.batch_norm_forward_eval = cpu::batch_norm_forward_eval;
+    b.batch_norm_backward = cpu::batch_norm_backward;
+    b.softmax_forward = cpu::softmax_forward;
+    b.softmax_backward = cpu::softmax_backward;
+    return b;
+  }();
+  return table;
+}
+
+}  // namespace ringflow

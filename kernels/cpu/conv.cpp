@@ -1,0 +1,174 @@
+// 2-D convolution forward / backward-data / backward-weights over oneDNN.
+//
+// Activations (x, y, dx, dy) are described by their own layout (nhwc for channels-last
+// Views, nchw for contiguous ones); all activations of one call are computed in one
+// layout (the output's), so a mixed call reorders the odd one through a scratch copy.
+// Weights are described with format_tag::any and reordered into the primitive's choice
+// once per version (Note [weight cache] in dnnl_context.h). Backward-weights writes its
+// own preferred layout and reorders into the caller's dw (plain OIHW) at the end.
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace ringflow::cpu {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+using tag = dnnl::memory::format_tag;
+using md = dnnl::memory::desc;
+
+struct Geometry {
+  dnnl::memory::dims strides, dilates, pad_l, pad_r;
+};
+
+Geometry geometry(const Conv2dParams& p) {
+  return {{p.stride_h, p.stride_w},
+          {p.dilation_h - 1, p.dilation_w - 1},
+          {p.pad_top, p.pad_left},
+          {p.pad_bottom, p.pad_right}};
+}
+
+KeyBuilder& add_params(KeyBuilder& k, const Conv2dParams& p) {
+  k.add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom).add(p.pad_left);
+  k.add(p.pad_right).add(p.dilation_h).add(p.dilation_w);
+  return k;
+}
+
+// The layout all activations of a call are computed in: the output's when it has one
+// of the two dense layouts, else the input's, else channels-last.
+tag compute_layout(const View& out, const View& in) {
+  tag t = layout_of(out);
+  if (t == tag::undef) t = layout_of(in);
+  return t == tag::undef ? tag::nhwc : t;
+}
+
+md any_weights(const View& w) {
+  return md(dims_of(w), to_dnnl(w.dtype), tag::any);
+}
+
+md bias_md(const View& b) { return md({b.shape[0]}, to_dnnl(b.dtype), tag::a); }
+
+using FwdPd = dnnl::convolution_forward::primitive_desc;
+using BwdDataPd = dnnl::convolution_backward_data::primitive_desc;
+using BwdWeightsPd = dnnl::convolution_backward_weights::primitive_desc;
+
+// The forward pd for (x, w, bias?, y) in layout t: the primitive of conv2d_forward and
+// the hint of the backward ones.
+FwdPd make_fwd_pd(const View& x, const View& w, const View* bias, const View& y, tag t,
+                  const Conv2dParams& p, prop_kind prop) {
+  const Geometry g = geometry(p);
+  const md bmd = bias ? bias_md(*bias) : md();
+  dnnl::convolution_forward::desc d(prop, algorithm::convolution_direct, md_of(x, t),
+                                    any_weights(w), bmd, md_of(y, t), g.strides, g.dilates,
+                                    g.pad_l, g.pad_r);
+  return FwdPd(d, dnnl_engine());
+}
+
+bool conv_ok(const View& a, const View& b, const View& c) {
+  return dnnl_friendly({&a, &b, &c}) && a.dim() == 4 && b.dim() == 4 && c.dim() == 4 &&
+         a.dtype == b.dtype && a.dtype == c.dtype;
+}
+
+}  // namespace
+
+void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
+                    const Conv2dParams& p) {
+  if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
+    return reference_backend().conv2d_forward(y, x, w, bias, p);
+  }
+  const tag t = compute_layout(y, x);
+  KeyBuilder k("conv2d_forward");
+  k.add(x).add(w).add(y).add(static_cast<int64_t>(t)).add(bias ? int64_t(bias->dtype) : -1);
+  add_params(k, p);
+  auto ctx = [&] { return describe("conv2d_forward y x w", {&y, &x, &w}); };
+  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
+    auto pd = std::make_shared<FwdPd>(make_fwd_pd(x, w, bias, y, t, p, prop_kind::forward_training));
+    return CachedPrimitive{dnnl::convolution_forward(*pd), pd};
+  });
+  if (!prim) return reference_backend().conv2d_forward(y, x, w, bias, p);
+  const FwdPd& pd = prim->get<FwdPd>();
+
+  Operand src(x, pd.src_desc(), /*is_input=*/true, "conv2d_forward");
+  Operand dst(y, pd.dst_desc(), /*is_input=*/false, "conv2d_forward");
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, src.mem()},
+      {DNNL_ARG_WEIGHTS, cached_weights(w, pd.weights_desc(), "conv2d_forward")},
+      {DNNL_ARG_DST, dst.mem()}};
+  std::unique_ptr<Operand> b;
+  if (bias) {
+    b = std::make_unique<Operand>(*bias, pd.bias_desc(), /*is_input=*/true, "conv2d_forward");
+    args[DNNL_ARG_BIAS] = b->mem();
+  }
+  execute(*prim, args, ctx);
+  dst.finish();
+}
+
+void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
+  if (!conv_ok(dx, dy, w)) return reference_backend().conv2d_backward_data(dx, dy, w, p);
+  const tag t = compute_layout(dx, dy);
+  KeyBuilder k("conv2d_backward_data");
+  k.add(dx).add(w).add(dy).add(static_cast<int64_t>(t));
+  add_params(k, p);
+  auto ctx = [&] { return describe("conv2d_backward_data dx dy w", {&dx, &dy, &w}); };
+  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
+    const FwdPd hint = make_fwd_pd(dx, w, nullptr, dy, t, p, prop_kind::forward_training);
+    const Geometry g = geometry(p);
+    dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, md_of(dx, t),
+                                            any_weights(w), md_of(dy, t), g.strides, g.dilates,
+                                            g.pad_l, g.pad_r);
+    auto pd = std::make_shared<BwdDataPd>(d, dnnl_engine(), hint);
+    return CachedPrimitive{dnnl::convolution_backward_data(*pd), pd};
+  });
+  if (!prim) return reference_backend().conv2d_backward_data(dx, dy, w, p);
+  const BwdDataPd& pd = prim->get<BwdDataPd>();
+
+  Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "conv2d_backward_data");
+  Operand diff_src(dx, pd.diff_src_desc(), /*is_input=*/false, "conv2d_backward_data");
+  execute(*prim,
+          {{DNNL_ARG_DIFF_DST, diff_dst.mem()},
+           {DNNL_ARG_WEIGHTS, cached_weights(w, pd.weights_desc(), "conv2d_backward_data")},
+           {DNNL_ARG_DIFF_SRC, diff_src.mem()}},
+          ctx);
+  diff_src.finish();
+}
+
+void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                             const Conv2dParams& p) {
+  if (!conv_ok(dy, x, dy) || dw.dim() != 4 || !dnnl_friendly({&dw}) ||
+      (db && !dnnl_friendly({db}))) {
+    return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
+  }
+  const tag t = compute_layout(x, dy);
+  KeyBuilder k("conv2d_backward_weights");
+  k.add(dw).add(x).add(dy).add(static_cast<int64_t>(t)).add(db ? int64_t(db->dtype) : -1);
+  add_params(k, p);
+  auto ctx = [&] { return describe("conv2d_backward_weights dw dy x", {&dw, &dy, &x}); };
+  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
+    const FwdPd hint = make_fwd_pd(x, dw, db, dy, t, p, prop_kind::forward_training);
+    const Geometry g = geometry(p);
+    dnnl::convolution_backward_weights::desc d(
+        algorithm::convolution_direct, md_of(x, t), any_weights(dw), db ? bias_md(*db) : md(),
+        md_of(dy, t), g.strides, g.dilates, g.pad_l, g.pad_r);
+    auto pd = std::make_shared<BwdWeightsPd>(d, dnnl_engine(), hint);
+    return CachedPrimitive{dnnl::convolution_backward_weights(*pd), pd};
+  });
+  if (!prim) return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
+  const BwdWeightsPd& pd = prim->get<BwdWeightsPd>();
+
+  Operand src(x, pd.src_desc(), /*is_input=*/true, "conv2d_backward_weights");
+  Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "conv2d_backward_weights");
+  Operand diff_weights(dw, pd.diff_weights_desc(), /*is_input=*/false, "conv2d_backward_weights");
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.mem()},
+                                             {DNNL_ARG_DIFF_DST, diff_dst.mem()},
+                                             {DNNL_ARG_DIFF_WEIGHTS, diff_weights.mem()}};
+  std::unique_ptr<Operand> diff_bias;
+  if (db) {
+    diff_bias = std::make_unique<Operand>(*db, pd.diff_bias_desc(), /*is_input=*/false,
+                                          "conv2d_backward_weights");
+    args[DNNL_ARG_DIFF_BIAS] = diff_bias->mem();
+  }
+  execute(*prim, args, ctx);
+  diff_weights.finish();
+  if (diff_bias) diff_bias->finish();
+}
+
+}  // namespace ringflow::cpu

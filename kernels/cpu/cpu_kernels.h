@@ -1,0 +1,82 @@
+// The CPU backend's kernels, wired into the table by kernels/cpu/backend.cpp. Each one
+// takes the fast path (oneDNN or an own OpenMP loop) when the operands allow it and
+// otherwise calls the same entry of reference_backend().
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/dnnl_context.h"
+
+namespace ringflow::cpu {
+
+// Elementwise and reductions (elementwise.cpp, reduce.cpp).
+void copy(const View& dst, const View& src);
+void fill(const View& dst, double value);
+void unary(UnaryOp op, const View& out, const View& in);
+void binary(BinaryOp op, const View& out, const View& a, const View& b);
+void where(const View& out, const View& cond, const View& a, const View& b);
+void reduce(ReduceOp op, const View& out, const View& in);
+
+// oneDNN (matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp, eltwise.cpp).
+void matmul(const View& out, const View& a, const View& b);
+void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
+                    const Conv2dParams& p);
+void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
+void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                             const Conv2dParams& p);
+Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p);
+void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Workspace& ws,
+                         const Pool2dParams& p);
+void avg_pool2d_forward(const View& y, const View& x, const Pool2dParams& p);
+void avg_pool2d_backward(const View& dx, const View& dy, const Pool2dParams& p);
+void batch_norm_forward_train(const View& y, const View& mean, const View& var, const View& x,
+                              const View* gamma, const View* beta, double eps);
+void batch_norm_forward_eval(const View& y, const View& x, const View& mean, const View& var,
+                             const View* gamma, const View* beta, double eps);
+void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy,
+                         const View& x, const View& mean, const View& var, const View* gamma,
+                         double eps);
+void softmax_forward(const View& y, const View& x, int64_t dim, bool log);
+void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim, bool log);
+// relu / relu_backward through oneDNN eltwise; false when the operands do not fit.
+bool eltwise_relu(const View& out, const View& in);
+bool eltwise_relu_backward(const View& dx, const View& dy, const View& x);
+
+// Looks up (or builds) a primitive. make() returns an empty CachedPrimitive, or throws
+// dnnl::error with status unimplemented, when oneDNN has no implementation: that is
+// remembered and lookup returns nullptr (the caller falls back to the reference kernel).
+// Other oneDNN errors become std::runtime_error with context() (called only on error).
+template <class Ctx, class Make>
+const CachedPrimitive* lookup(const std::string& key, Ctx&& context, Make&& make) {
+  const CachedPrimitive* p = nullptr;
+  RF_CHECK_DNNL(p = &cached_primitive(key,
+                                      [&]() -> CachedPrimitive {
+                                        try {
+                                          return make();
+                                        } catch (const dnnl::error& e) {
+                                          if (e.status == dnnl_unimplemented) return {};
+                                          throw;
+                                        }
+                                      }),
+                context());
+  return p->prim ? p : nullptr;
+}
+
+// Executes a primitive; context() names the op on error.
+template <class Ctx>
+void execute(const CachedPrimitive& p, const std::unordered_map<int, dnnl::memory>& args,
+             Ctx&& context) {
+  RF_CHECK_DNNL(p.prim.execute(dnnl_stream(), args), context());
+}
+
+// True when v's elements fill numel() consecutive slots in some order (no gaps, no
+// overlap, no broadcast): dense in any dim order.
+bool is_dense(const View& v);
+
+// True when no dim is 0-sized in any of the Views, none has a zero stride on a dim of
+// size > 1, and all have a dtype oneDNN takes.
+bool dnnl_friendly(std::initializer_list<const View*> views);
+
+}  // namespace ringflow::cpu

@@ -1,0 +1,157 @@
+// copy_between_devices for builds with CUDA: host <-> device and device <-> device.
+// Views that are dense, of one dtype and laid out alike go in one cudaMemcpy; anything
+// else (dtype conversion, gaps, broadcast, different layouts) is staged: converted on the
+// host by the CPU backend, or gathered on the device by cuda::copy, around a dense copy.
+// Host copies run on the default stream and synchronize it before returning (Note [CUDA
+// streams] in cuda_kernels.h); cudaMemcpyPeer orders itself with both devices' work.
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda_copy.h"
+
+namespace ringflow {
+namespace {
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+  return strides;
+}
+
+// The elements fill numel() consecutive slots from v.data in some order of dims.
+bool is_dense(const View& v) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (int d = 0; d < v.dim(); ++d)
+    if (v.shape[d] != 1) dims.emplace_back(v.strides[d], v.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (auto [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// One memcpy copies src into dst: same dtype, dense, same strides where size > 1.
+bool memcpy_compatible(const View& dst, const View& src) {
+  if (dst.dtype != src.dtype || !is_dense(dst) || !is_dense(src)) return false;
+  for (int d = 0; d < dst.dim(); ++d)
+    if (dst.shape[d] != 1 && dst.strides[d] != src.strides[d]) return false;
+  return true;
+}
+
+size_t nbytes(const View& v) { return static_cast<size_t>(v.numel()) * dtype_size(v.dtype); }
+
+// A view of `data` with v's shape and dtype `dtype`: v's own strides when v is dense
+// (so that a memcpy to or from v is valid), contiguous ones otherwise.
+View staging_view(void* data, const View& v, DType dtype) {
+  View s;
+  s.data = data;
+  s.dtype = dtype;
+  s.shape = v.shape;
+  s.strides = is_dense(v) ? v.strides : contiguous_strides(v.shape);
+  return s;
+}
+
+void memcpy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  RF_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, /*stream=*/0));
+  RF_CHECK_CUDA(cudaStreamSynchronize(/*stream=*/0));
+}
+
+void host_to_device(const View& dst, int device, const View& src) {
+  cuda::DeviceGuard guard(device);
+  if (memcpy_compatible(dst, src)) {
+    memcpy_sync(dst.data, src.data, nbytes(dst), cudaMemcpyHostToDevice);
+    return;
+  }
+  // Convert and gather on the host into dst's dtype (and dst's layout when dst is dense).
+  std::vector<std::byte> host(nbytes(dst));
+  const View staged = staging_view(host.data(), dst, dst.dtype);
+  cpu_backend().copy(staged, src);
+  if (is_dense(dst)) {
+    memcpy_sync(dst.data, host.data(), host.size(), cudaMemcpyHostToDevice);
+    return;
+  }
+  cuda::DeviceBuffer temp(host.size());
+  memcpy_sync(temp.data(), host.data(), host.size(), cudaMemcpyHostToDevice);
+  View on_device = staged;
+  on_device.data = temp.data();
+  cuda::copy(dst, on_device);
+  RF_CHECK_CUDA(cudaStreamSynchronize(/*stream=*/0));  // before temp is freed
+}
+
+void device_to_host(const View& dst, const View& src, int device) {
+  cuda::DeviceGuard guard(device);
+  if (memcpy_compatible(dst, src)) {
+    memcpy_sync(dst.data, src.data, nbytes(dst), cudaMemcpyDeviceToHost);
+    return;
+  }
+  // Bring src's elements over densely in src's dtype, then convert and scatter on the host.
+  std::vector<std::byte> host(nbytes(src));
+  const View staged = staging_view(host.data(), src, src.dtype);
+  if (is_dense(src)) {
+    memcpy_sync(host.data(), src.data, host.size(), cudaMemcpyDeviceToHost);
+  } else {
+    cuda::DeviceBuffer temp(host.size());
+    View on_device = staged;
+    on_device.data = temp.data();
+    cuda::copy(on_device, src);
+    memcpy_sync(host.data(), temp.data(), host.size(), cudaMemcpyDeviceToHost);
+  }
+  cpu_backend().copy(dst, staged);
+}
+
+void device_to_device(const View& dst, int dst_device, const View& src, int src_device) {
+  if (memcpy_compatible(dst, src)) {
+    RF_CHECK_CUDA(cudaMemcpyPeer(dst.data, dst_device, src.data, src_device, nbytes(dst)));
+    return;
+  }
+  // Gather and convert into dst's dtype on the source device, copy densely, then scatter
+  // on the destination device when dst is not dense itself. Each temp is freed on its own
+  // device (the guards nest); cudaFree waits for the work that uses it.
+  const size_t bytes = nbytes(dst);
+  cuda::DeviceGuard on_src_device(src_device);
+  cuda::DeviceBuffer src_temp(bytes);
+  const View on_src = staging_view(src_temp.data(), dst, dst.dtype);
+  cuda::copy(on_src, src);
+  if (is_dense(dst)) {
+    RF_CHECK_CUDA(cudaMemcpyPeer(dst.data, dst_device, on_src.data, src_device, bytes));
+    return;
+  }
+  cuda::DeviceGuard on_dst_device(dst_device);
+  cuda::DeviceBuffer dst_temp(bytes);
+  RF_CHECK_CUDA(cudaMemcpyPeer(dst_temp.data(), dst_device, on_src.data, src_device, bytes));
+  View on_dst = on_src;
+  on_dst.data = dst_temp.data();
+  cuda::copy(dst, on_dst);
+}
+
+}  // namespace
+
+void copy_between_devices(const View& dst, Device dst_device, const View& src,
+                          Device src_device) {
+  if (dst.shape != src.shape)
+    throw std::invalid_argument("copy " + src_device.str() + " -> " + dst_device.str() +
+                                ": shape mismatch " + shape_str(src.shape) + " vs " +
+                                shape_str(dst.shape));
+  if (dst.numel() == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) return cpu_backend().copy(dst, src);
+  if (src_device.is_cpu()) return host_to_device(dst, dst_device.index, src);
+  if (dst_device.is_cpu()) return device_to_host(dst, src, src_device.index);
+  if (dst_device.index == src_device.index) {
+    cuda::DeviceGuard guard(dst_device.index);
+    return cuda::copy(dst, src);
+  }
+  device_to_device(dst, dst_device.index, src, src_device.index);
+}
+
+}  // namespace ringflow

@@ -1,0 +1,53 @@
+// Internals of the CUDA backend shared by kernels/cuda/ (not installed).
+//
+// Note [CUDA streams]: for now every kernel and copy runs on the legacy default stream
+// (stream 0) of the calling thread's current device. Kernels are asynchronous to the
+// host; any copy that reads or writes host memory synchronizes the stream before it
+// returns, so host buffers may be reused (or read) at once. allocate/deallocate use the
+// current device too (cudaSetDevice); a caching allocator and per-device streams come later.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/view.h"
+
+namespace ringflow::cuda {
+
+// copy.cu: dst = src elementwise on the current device, converting dtype; same shapes,
+// any strides (0 broadcasts in src). Conversions match the reference backend: integer to
+// integer through int64, anything else through double (f16/bf16 rounded via float).
+void copy(const View& dst, const View& src);
+// dst[i] = value converted to dst's dtype, any strides.
+void fill(const View& dst, double value);
+
+// backend.cpp: cudaMalloc / cudaFree on the current device.
+void* allocate(size_t nbytes);
+void deallocate(void* ptr, size_t nbytes);
+
+// Makes `index` the current device for its lifetime, then restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+// Scratch memory on the current device, freed on destruction (staging for copies).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t nbytes) : data_(allocate(nbytes)) {}
+  ~DeviceBuffer() { deallocate(data_, 0); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_;
+};
+
+}  // namespace ringflow::cuda

@@ -1,0 +1,23 @@
+// cuda_device_count() for builds with CUDA: asks the runtime, and turns "no driver"
+// (error 35 on machines with only the stub libcuda) into 0 devices plus a reason.
+#include "kernels/cuda_devices.h"
+
+#include <cuda_runtime_api.h>
+
+namespace ringflow {
+
+int cuda_device_count(std::string* why) {
+  int count = 0;  // the stub driver returns an error and leaves count unwritten
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it: callers go on without CUDA
+    if (why)
+      *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status) + " (error " +
+             std::to_string(static_cast<int>(status)) + ")";
+    return 0;
+  }
+  if (count == 0 && why) *why = "cudaGetDeviceCount: no CUDA device found";
+  return count;
+}
+
+}  // namespace ringflow

@@ -1,0 +1,86 @@
+// Strided indexing for elementwise CUDA kernels over N operands of one shape.
+// The host builds an Indexer: dims of size 1 are dropped, the rest ordered by operand 0's
+// strides (largest first, so a permuted but dense output is walked in memory order) and
+// adjacent dims merged wherever every operand allows; a contiguous copy becomes 1-D.
+// The device maps a linear index to one element offset per operand.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/view.h"
+
+namespace ringflow::cuda {
+
+constexpr int kMaxDims = 8;
+
+template <int N>
+struct Indexer {
+  int ndim = 0;
+  int64_t numel = 1;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[N][kMaxDims] = {};  // elements
+
+  __device__ void offsets(int64_t linear, int64_t (&off)[N]) const {
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      const int64_t i = linear % sizes[d];
+      linear /= sizes[d];
+      for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
+    }
+  }
+};
+
+// views[k]->shape must all equal views[0]->shape (checked by the caller).
+template <int N>
+Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op) {
+  const Shape& shape = views[0]->shape;
+  std::vector<int> dims;
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d)
+    if (shape[d] != 1) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [&](int a, int b) {
+    return views[0]->strides[a] > views[0]->strides[b];
+  });
+
+  // Merge dims[j] into the previous kept dim when, for every operand,
+  // stride(prev) == stride(dims[j]) * size(dims[j]).
+  std::vector<int64_t> sizes;
+  std::array<std::vector<int64_t>, N> strides;
+  for (int d : dims) {
+    bool merge = !sizes.empty();
+    for (int k = 0; k < N && merge; ++k)
+      merge = strides[k].back() == views[k]->strides[d] * shape[d];
+    if (merge) {
+      sizes.back() *= shape[d];
+      for (int k = 0; k < N; ++k) strides[k].back() = views[k]->strides[d];
+    } else {
+      sizes.push_back(shape[d]);
+      for (int k = 0; k < N; ++k) strides[k].push_back(views[k]->strides[d]);
+    }
+  }
+  if (sizes.size() > static_cast<size_t>(kMaxDims))
+    throw std::invalid_argument(std::string("cuda ") + op + ": " + std::to_string(sizes.size()) +
+                                " dims that cannot be merged (at most " +
+                                std::to_string(kMaxDims) + "), shape " + shape_str(shape));
+  Indexer<N> ix;
+  ix.ndim = static_cast<int>(sizes.size());
+  for (int d = 0; d < ix.ndim; ++d) {
+    ix.sizes[d] = sizes[d];
+    ix.numel *= sizes[d];
+    for (int k = 0; k < N; ++k) ix.strides[k][d] = strides[k][d];
+  }
+  return ix;
+}
+
+// Grid for a grid-stride loop over n elements.
+constexpr int kBlock = 256;
+inline unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(std::min<int64_t>(blocks, 65536));
+}
+
+}  // namespace ringflow::cuda

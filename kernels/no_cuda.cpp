@@ -1,0 +1,27 @@
+// Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
+// no CUDA table, no devices (with the reason), and cross-device copies throw.
+#include <stdexcept>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_copy.h"
+#include "kernels/cuda_devices.h"
+
+namespace ringflow {
+namespace {
+constexpr const char* kWhy = "ringflow was built without CUDA (-Dcuda=disabled or nvcc not found)";
+}
+
+const Backend* cuda_backend() { return nullptr; }
+
+int cuda_device_count(std::string* why) {
+  if (why) *why = kWhy;
+  return 0;
+}
+
+void copy_between_devices(const View& dst, Device dst_device, const View& src,
+                          Device src_device) {
+  if (dst_device.is_cpu() && src_device.is_cpu()) return cpu_backend().copy(dst, src);
+  throw std::runtime_error("copy " + src_device.str() + " -> " + dst_device.str() + ": " + kWhy);
+}
+
+}  // namespace ringflow

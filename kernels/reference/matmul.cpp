@@ -1,0 +1,44 @@
+// Batched matmul out (B, M, N) = a (B, M, K) @ b (B, K, N): the textbook triple loop per
+// batch, any strides (a batch stride of 0 broadcasts one matrix over the batch).
+#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/strided.h"
+
+namespace ringflow::reference {
+
+void matmul(const View& out, const View& a, const View& b) {
+  check_rank(out, 3, "matmul");
+  check_rank(a, 3, "matmul");
+  check_rank(b, 3, "matmul");
+  const int64_t B = out.shape[0], M = out.shape[1], N = out.shape[2], K = a.shape[2];
+  check(a.shape[0] == B && a.shape[1] == M && b.shape[0] == B && b.shape[1] == K &&
+            b.shape[2] == N,
+        "matmul", "shapes " + shape_str(out.shape) + " = " + shape_str(a.shape) + " @ " +
+                      shape_str(b.shape));
+  const bool ints = !is_floating(out.dtype);
+  for (int64_t bi = 0; bi < B; ++bi) {
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t a_row = bi * a.strides[0] + m * a.strides[1];
+        const int64_t b_col = bi * b.strides[0] + n * b.strides[2];
+        const int64_t o = bi * out.strides[0] + m * out.strides[1] + n * out.strides[2];
+        if (ints) {
+          int64_t acc = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            acc += strided::load_i64(a, a_row + k * a.strides[2]) *
+                   strided::load_i64(b, b_col + k * b.strides[1]);
+          }
+          strided::store_i64(out, o, acc);
+        } else {
+          double acc = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            acc += strided::load_f64(a, a_row + k * a.strides[2]) *
+                   strided::load_f64(b, b_col + k * b.strides[1]);
+          }
+          strided::store_f64(out, o, acc);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ringflow::reference

@@ -1,0 +1,55 @@
+// All a kernel sees of a tensor: a pointer, a dtype, sizes and strides (in elements).
+// Kernels know nothing of autograd or ownership; the caller keeps the memory alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace ringflow {
+
+using Shape = std::vector<int64_t>;
+
+struct View {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+  Shape strides;  // elements, may be 0 (broadcast) but never negative
+  // Identity of the underlying memory and its write count, so a kernel may cache data
+  // derived from it (e.g. weights reordered for oneDNN) until the next write.
+  const void* storage_id = nullptr;
+  uint64_t version = 0;
+
+  int dim() const { return static_cast<int>(shape.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  bool is_contiguous() const {
+    int64_t expected = 1;
+    for (int d = dim() - 1; d >= 0; --d) {
+      if (shape[d] != 1 && strides[d] != expected) return false;
+      expected *= shape[d];
+    }
+    return true;
+  }
+  // NCHW sizes laid out as NHWC in memory (densely).
+  bool is_channels_last() const {
+    if (dim() != 4) return false;
+    const int64_t C = shape[1], H = shape[2], W = shape[3];
+    return (C == 1 || strides[1] == 1) && (W == 1 || strides[3] == C) &&
+           (H == 1 || strides[2] == W * C) && (shape[0] == 1 || strides[0] == H * W * C);
+  }
+  template <class T> T* ptr() const { return static_cast<T*>(data); }
+};
+
+std::string shape_str(const Shape& shape);  // "(2, 3, 4)"
+
+// Opaque state a forward kernel hands to its backward (e.g. oneDNN's pooling workspace).
+using Workspace = std::shared_ptr<void>;
+
+}  // namespace ringflow
