@@ -1,0 +1,40 @@
+// The one place that maps a device to a kernel table (kernels/backend.h).
+// CPU tensors run on the oneDNN table unless a ReferenceKernelsGuard is alive on this
+// thread: tests use it to run the same op on the naive reference kernels.
+#pragma once
+
+#include "framework/error.h"
+#include "kernels/backend.h"
+#include "kernels/device.h"
+
+namespace ringflow {
+
+// The table that owns the device's memory (allocation), independent of the guard.
+const Backend& device_backend(Device device);
+// The table whose kernels run ops on the device now.
+const Backend& kernel_backend(Device device);
+
+class ReferenceKernelsGuard {
+ public:
+  ReferenceKernelsGuard();
+  ~ReferenceKernelsGuard();
+  ReferenceKernelsGuard(const ReferenceKernelsGuard&) = delete;
+  ReferenceKernelsGuard& operator=(const ReferenceKernelsGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// The kernel `entry` of the table for `device`; throws naming the op and the device
+// when that table has none.
+template <class Fn>
+Fn kernel(Device device, Fn Backend::*entry, const char* op) {
+  const Backend& backend = kernel_backend(device);
+  Fn fn = backend.*entry;
+  if (!fn)
+    throw std::runtime_error(cat("op '", op, "' is not implemented on ", device.str(),
+                                 " (kernel table '", backend.name, "')"));
+  return fn;
+}
+
+}  // namespace ringflow

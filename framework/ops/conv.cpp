@@ -1,0 +1,81 @@
+// conv2d: shape checks, forward on the device's kernel, backward via the data and weight
+// gradient kernels. Outputs are channels-last when the input is or the backend prefers it.
+#include "framework/autograd.h"
+#include "framework/dispatch.h"
+#include "framework/ops.h"
+
+namespace ringflow {
+
+Conv2dParams conv2d_params(std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                           std::array<int64_t, 2> dilation) {
+  Conv2dParams p;
+  p.stride_h = stride[0];
+  p.stride_w = stride[1];
+  p.pad_top = p.pad_bottom = padding[0];
+  p.pad_left = p.pad_right = padding[1];
+  p.dilation_h = dilation[0];
+  p.dilation_w = dilation[1];
+  return p;
+}
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  RF_CHECK(x.size() == 4, "conv2d: input must be 4-D (N, C, H, W), got ", shape_str(x));
+  RF_CHECK(w.size() == 4, "conv2d: weight must be 4-D (K, C, R, S), got ", shape_str(w));
+  RF_CHECK(x[1] == w[1], "conv2d: input ", shape_str(x), " has ", x[1],
+           " channels but weight ", shape_str(w), " expects ", w[1]);
+  RF_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 &&
+               p.pad_top >= 0 && p.pad_bottom >= 0 && p.pad_left >= 0 && p.pad_right >= 0,
+           "conv2d: stride and dilation must be positive and padding non-negative");
+  const int64_t P = (x[2] + p.pad_top + p.pad_bottom - p.dilation_h * (w[2] - 1) - 1) / p.stride_h + 1;
+  const int64_t Q = (x[3] + p.pad_left + p.pad_right - p.dilation_w * (w[3] - 1) - 1) / p.stride_w + 1;
+  RF_CHECK(P > 0 && Q > 0, "conv2d: input ", shape_str(x), " is too small for kernel ",
+           shape_str(w), " with this padding and dilation (output would be ", P, "x", Q, ")");
+  return {x[0], w[0], P, Q};
+}
+
+namespace {
+
+Tensor activation_like(const Shape& shape, const Tensor& x) {
+  const bool cl = x.is_channels_last() || kernel_backend(x.device()).prefers_channels_last;
+  return cl ? empty_channels_last(shape, x.dtype(), x.device()) : empty(shape, x.dtype(), x.device());
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), p);
+  RF_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "conv2d: input (",
+           dtype_name(x.dtype()), " on ", x.device().str(), ") and weight (", dtype_name(w.dtype()),
+           " on ", w.device().str(), ") differ");
+  if (bias.defined())
+    RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0) && bias.dtype() == w.dtype(),
+             "conv2d: bias must be (", w.size(0), ") of dtype ", dtype_name(w.dtype()), ", got ",
+             dtype_name(bias.dtype()), " ", shape_str(bias.shape()));
+  Tensor y = activation_like(y_shape, x);
+  const View bv = bias.defined() ? bias.kernel_view() : View{};
+  kernel(x.device(), &Backend::conv2d_forward, "conv2d_forward")(
+      y.kernel_view(), x.kernel_view(), w.kernel_view(), bias.defined() ? &bv : nullptr, p);
+  if (grad_needed({x, w, bias}))
+    record("Conv2dBackward", {x, w, bias}, y,
+           [x = x.detach(), w = w.detach(), p, rx = x.requires_grad(), rw = w.requires_grad(),
+            rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
+             Tensor dx, dw, db;
+             if (rx) {
+               dx = empty_like(x);
+               kernel(g.device(), &Backend::conv2d_backward_data, "conv2d_backward_data")(
+                   dx.kernel_view(), g.kernel_view(), w.kernel_view(), p);
+             }
+             if (rw || rb) {
+               dw = empty(w.shape(), w.dtype(), w.device());
+               if (rb) db = empty({w.size(0)}, w.dtype(), w.device());
+               const View dbv = rb ? db.kernel_view() : View{};
+               kernel(g.device(), &Backend::conv2d_backward_weights, "conv2d_backward_weights")(
+                   dw.kernel_view(), rb ? &dbv : nullptr, g.kernel_view(), x.kernel_view(), p);
+               if (!rw) dw = Tensor();
+             }
+             return std::vector<Tensor>{dx, dw, db};
+           });
+  return y;
+}
+
+}  // namespace ringflow

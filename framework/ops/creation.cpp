@@ -1,0 +1,104 @@
+// Creation ops: allocation, constants, ranges and random tensors.
+#include <cmath>
+
+#include "framework/dispatch.h"
+#include "framework/ops.h"
+
+namespace ringflow {
+namespace {
+
+Tensor allocate(const Shape& shape, Shape strides, DType dtype, Device device) {
+  for (int64_t s : shape) RF_CHECK(s >= 0, "negative size in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = std::move(strides);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+// Random values are drawn on the host in a fixed order, so a seed gives the same tensor
+// on every device.
+Tensor from_host_values(const std::vector<double>& values, const Shape& shape, DType dtype,
+                        Device device) {
+  Tensor host = empty(shape, DType::f64);
+  std::copy(values.begin(), values.end(), host.data<double>());
+  return host.to(dtype).to(device);
+}
+
+}  // namespace
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, contiguous_strides(shape), dtype, device);
+}
+
+Tensor empty_channels_last(const Shape& shape, DType dtype, Device device) {
+  return allocate(shape, channels_last_strides(shape), dtype, device);
+}
+
+Tensor empty_like(const Tensor& t) {
+  if (t.dim() == 4 && t.is_channels_last() && !t.is_contiguous())
+    return empty_channels_last(t.shape(), t.dtype(), t.device());
+  return empty(t.shape(), t.dtype(), t.device());
+}
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+
+Tensor zeros_like(const Tensor& t) { return empty_like(t).fill_(0.0); }
+Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
+
+Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  RF_CHECK(step != 0 && std::isfinite(start) && std::isfinite(end),
+           "arange: bad range [", start, ", ", end, ") step ", step);
+  const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
+  return from_host_values(values, {n}, dtype, device);
+}
+
+Tensor arange(int64_t end, DType dtype) { return arange(0.0, static_cast<double>(end), 1.0, dtype); }
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType dtype,
+                   Device device) {
+  RF_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
+           values.size(), " values for shape ", shape_str(shape));
+  return from_host_values(values, shape, dtype, device);
+}
+
+template <class T>
+Tensor from_data(const T* values, const Shape& shape, Device device) {
+  Tensor host = empty(shape, dtype_of<T>());
+  std::copy(values, values + host.numel(), host.data<T>());
+  return host.to(device);
+}
+template Tensor from_data<float>(const float*, const Shape&, Device);
+template Tensor from_data<double>(const double*, const Shape&, Device);
+template Tensor from_data<int32_t>(const int32_t*, const Shape&, Device);
+template Tensor from_data<int64_t>(const int64_t*, const Shape&, Device);
+template Tensor from_data<Half>(const Half*, const Shape&, Device);
+template Tensor from_data<BFloat16>(const BFloat16*, const Shape&, Device);
+
+Tensor rand(const Shape& shape, Generator* gen, DType dtype, double low, double high) {
+  Generator& g = gen ? *gen : default_generator();
+  std::vector<double> values(shape_numel(shape));
+  for (double& v : values) v = low + (high - low) * g.uniform();
+  return from_host_values(values, shape, dtype, Device::cpu());
+}
+
+Tensor randn(const Shape& shape, Generator* gen, DType dtype, double mean, double std) {
+  Generator& g = gen ? *gen : default_generator();
+  std::vector<double> values(shape_numel(shape));
+  for (double& v : values) v = mean + std * g.normal();
+  return from_host_values(values, shape, dtype, Device::cpu());
+}
+
+}  // namespace ringflow

@@ -1,0 +1,91 @@
+// matmul with NumPy semantics on top of one batched kernel (B, M, K) @ (B, K, N), and linear.
+#include "framework/autograd.h"
+#include "framework/dispatch.h"
+#include "framework/ops.h"
+
+namespace ringflow {
+namespace {
+
+// x (..., R, C) expanded to the batch shape and seen as (B, R, C) for the kernel. Copies only
+// when the expanded batch dims cannot be merged into one stride; `owner` keeps the memory.
+struct Batched {
+  Tensor owner;
+  View view;
+};
+
+Batched as_batched(const Tensor& x, const Shape& batch) {
+  Shape full = batch;
+  full.insert(full.end(), {x.size(-2), x.size(-1)});
+  Batched out{x.detach().expand(full), {}};
+  const Shape merged{shape_numel(batch), x.size(-2), x.size(-1)};
+  Shape strides;
+  if (!view_strides(out.owner.shape(), out.owner.strides(), merged, &strides)) {
+    out.owner = out.owner.contiguous();
+    strides = contiguous_strides(merged);
+  }
+  out.view = out.owner.kernel_view();
+  out.view.shape = merged;
+  out.view.strides = strides;
+  return out;
+}
+
+Tensor batched_matmul(const Tensor& a, const Tensor& b) {
+  const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                       Shape(b.shape().begin(), b.shape().end() - 2));
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape out_shape = batch;
+  out_shape.insert(out_shape.end(), {M, N});
+  Tensor out = empty(out_shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  if (K == 0) return out.fill_(0.0);
+  const Batched ba = as_batched(a, batch), bb = as_batched(b, batch);
+  View vo = out.kernel_view();
+  vo.shape = {shape_numel(batch), M, N};
+  vo.strides = {M * N, N, 1};
+  kernel(a.device(), &Backend::matmul, "matmul")(vo, ba.view, bb.view);
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  RF_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: operands must have at least 1 dim, got ",
+           shape_str(a_in.shape()), " and ", shape_str(b_in.shape()));
+  RF_CHECK(a_in.dtype() == b_in.dtype(), "matmul: dtypes differ: ", dtype_name(a_in.dtype()),
+           " and ", dtype_name(b_in.dtype()));
+  RF_CHECK(a_in.device() == b_in.device(), "matmul: tensors on ", a_in.device().str(), " and ",
+           b_in.device().str());
+  // 1-D operands: promote (and squeeze the result) by reshapes, which carry their own gradients.
+  if (a_in.dim() == 1 && b_in.dim() == 1)
+    return matmul(a_in.unsqueeze(0), b_in.unsqueeze(1)).reshape({});
+  if (a_in.dim() == 1) return matmul(a_in.unsqueeze(0), b_in).squeeze(-2);
+  if (b_in.dim() == 1) return matmul(a_in, b_in.unsqueeze(1)).squeeze(-1);
+  RF_CHECK(a_in.size(-1) == b_in.size(-2), "matmul: shapes ", shape_str(a_in.shape()), " and ",
+           shape_str(b_in.shape()), " cannot be multiplied (", a_in.size(-1), " != ",
+           b_in.size(-2), ")");
+  Tensor out = batched_matmul(a_in, b_in);
+  if (grad_needed({a_in, b_in}))
+    record("MatmulBackward", {a_in, b_in}, out,
+           [a = a_in.detach(), b = b_in.detach(), ra = a_in.requires_grad(),
+            rb = b_in.requires_grad()](const Tensor& g) {
+             Tensor ga, gb;
+             if (ra) ga = sum_to(matmul(g, b.transpose(-1, -2)), a.shape());
+             if (rb) gb = sum_to(matmul(a.transpose(-1, -2), g), b.shape());
+             return std::vector<Tensor>{ga, gb};
+           });
+  return out;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  RF_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got ", shape_str(w.shape()));
+  RF_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input of shape ",
+           shape_str(x.shape()), " does not match weight of shape ", shape_str(w.shape()),
+           " (expected last dim ", w.size(1), ")");
+  if (bias.defined())
+    RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias of shape ",
+             shape_str(bias.shape()), " for weight of shape ", shape_str(w.shape()));
+  Tensor y = matmul(x, w.t());
+  return bias.defined() ? add(y, bias) : y;
+}
+
+}  // namespace ringflow

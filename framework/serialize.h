@@ -1,0 +1,33 @@
+// safetensors files: an 8-byte little-endian header length, a JSON header naming each
+// tensor's dtype, shape and byte range, then the raw little-endian data. Other tools
+// (Python's safetensors, PyTorch fixtures written by tests/fixtures/*.py) read and write them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace ringflow {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes atomically: a temporary file in the same directory, fsync, then rename, so a crash
+// never leaves a half-written file under `path`.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  std::map<std::string, Tensor> tensors;  // on the cpu, contiguous
+  std::map<std::string, std::string> metadata;
+  const Tensor& at(const std::string& name) const;  // throws naming the file and the name
+  std::string path;
+};
+
+// Throws std::runtime_error naming the file and the problem (missing, truncated, bad header,
+// unknown dtype, byte range outside the data).
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace ringflow

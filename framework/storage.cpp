@@ -1,0 +1,20 @@
+#include "framework/storage.h"
+
+#include "framework/dispatch.h"
+
+namespace ringflow {
+
+Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  if (nbytes_ > 0) data_ = device_backend(device_).allocate(nbytes_);
+}
+
+uint64_t Storage::fresh_version() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+Storage::~Storage() {
+  if (data_) device_backend(device_).deallocate(data_, nbytes_);
+}
+
+}  // namespace ringflow

@@ -1,0 +1,149 @@
+// Tensor: a cheap handle to shared storage plus shape, strides, offset and dtype, and the
+// autograd state (requires_grad, grad, grad_fn). Copies of a Tensor alias; views
+// (reshape, permute, narrow, expand, ...) share storage. Functional ops are in ops.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/error.h"
+#include "framework/storage.h"
+#include "kernels/device.h"
+#include "kernels/dtype.h"
+#include "kernels/view.h"
+
+namespace ringflow {
+
+class Node;
+class Tensor;
+
+using GradHook = std::function<void(const Tensor&)>;
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  std::shared_ptr<Tensor> grad;         // accumulated gradient of a leaf
+  std::shared_ptr<Node> grad_fn;        // the node that produced this tensor (non-leaf)
+  uint32_t output_nr = 0;               // which output of grad_fn
+  std::weak_ptr<Node> grad_accumulator; // a leaf's AccumulateGrad, alive while a graph uses it
+  std::vector<GradHook> post_accumulate_hooks;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;       // elements
+  int64_t offset = 0;  // elements
+  DType dtype = DType::f32;
+  std::unique_ptr<AutogradMeta> autograd;  // created on first use
+
+  AutogradMeta& meta() {
+    if (!autograd) autograd = std::make_unique<AutogradMeta>();
+    return *autograd;
+  }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: no storage, used for "no tensor" (absent bias, no grad)
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // --- metadata
+  const Shape& shape() const { return checked().shape; }
+  const Shape& strides() const { return checked().strides; }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  int dim() const { return static_cast<int>(shape().size()); }
+  int64_t numel() const;
+  int64_t offset() const { return checked().offset; }
+  DType dtype() const { return checked().dtype; }
+  Device device() const { return checked().storage->device(); }
+  bool is_contiguous() const;
+  bool is_channels_last() const;  // 4-D, NHWC in memory
+  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
+  bool shares_storage(const Tensor& other) const;
+  uint64_t version() const { return storage()->version(); }
+  std::string str() const;  // PyTorch-like printing
+
+  // What a kernel sees of this tensor.
+  View kernel_view() const;
+
+  // --- element access (CPU tensors). data<T>() checks that T matches dtype().
+  void* raw_data() const;
+  template <class T> T* data() const {
+    check_access(dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+  double item() const;  // a one-element tensor's value, any dtype, any device
+  template <class T> std::vector<T> to_vector() const;  // contiguous copy, on the host
+
+  // --- views (share storage; differentiable)
+  Tensor view(const Shape& shape) const;     // fails when the strides do not allow it
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy; one -1 allowed
+  Tensor permute(const Shape& dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // 2-D transpose
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a size
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+  // --- copies (differentiable)
+  Tensor contiguous() const;     // self when already contiguous
+  Tensor channels_last() const;  // 4-D copy laid out NHWC (self when already)
+  Tensor clone() const;          // same layout class (contiguous or channels-last)
+  Tensor to(DType dtype) const;  // self when same dtype
+  Tensor to(Device device) const;
+
+  // --- in place (not recorded by autograd: on a tensor that requires grad they are only
+  // allowed under NoGradGuard, as in an optimizer step). They bump the storage version.
+  Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype, crosses devices
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(double factor);
+
+  // --- autograd
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);  // leaves only
+  bool is_leaf() const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  Tensor grad() const;  // undefined until a backward reaches this leaf
+  void set_grad(const Tensor& grad) const;
+  // Runs backward from this tensor. `gradient` may be omitted for one-element tensors.
+  // retain_graph keeps saved tensors so that backward can run through the graph again.
+  void backward(const Tensor& gradient = {}, bool retain_graph = false) const;
+  Tensor detach() const;  // same storage, no autograd history
+  // Called after this leaf's .grad has received every contribution of a backward pass.
+  void register_post_accumulate_grad_hook(GradHook hook) const;
+
+ private:
+  TensorImpl& checked() const;
+  void check_access(DType expected) const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t);
+
+// Strides of a dense tensor of `shape`: row-major, or NHWC for a 4-D channels-last one.
+Shape contiguous_strides(const Shape& shape);
+Shape channels_last_strides(const Shape& shape);
+
+// The strides that let a tensor of (shape, strides) be viewed as new_shape without a copy,
+// or an empty optional (PyTorch's computeStride).
+bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape,
+                  Shape* new_strides);
+
+int64_t wrap_dim(int64_t dim, int64_t ndim);  // throws naming dim and rank
+int64_t shape_numel(const Shape& shape);
+
+}  // namespace ringflow
