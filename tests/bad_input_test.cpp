@@ -1,0 +1,36 @@
+// Bad input gives exceptions whose messages name what is wrong (shapes, dtypes, dims).
+#include "tests/testing.h"
+
+using namespace ringflow;
+using doctest::Contains;
+
+TEST_CASE("mismatched shapes name both shapes") {
+  CHECK_THROWS_WITH_AS(add(zeros({2, 3}), zeros({4})), Contains("(2, 3) and (4,)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(matmul(zeros({2, 3}), zeros({4, 5})), Contains("(2, 3) and (4, 5)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 8, 8}), zeros({4, 2, 3, 3})), Contains("(4, 2, 3, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 2, 2}), zeros({4, 3, 3, 3})), Contains("too small"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(linear(zeros({2, 5}), zeros({3, 4})), Contains("(2, 5)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(zeros({2, 3}).view({4}), Contains("(4,)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cat({zeros({2, 3}), zeros({3, 3})}, 1), Contains("(3, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(max_pool2d(zeros({2, 3}), pool2d_params({2, 2})), Contains("(2, 3)"), std::invalid_argument);
+}
+
+TEST_CASE("mismatched dtypes name both dtypes") {
+  CHECK_THROWS_WITH_AS(add(zeros({2}), zeros({2}, DType::f64)), Contains("f32"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(mul(zeros({2}), zeros({2}, DType::f64)), Contains("f64"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(conv2d(zeros({1, 3, 8, 8}), zeros({4, 3, 3, 3}, DType::f64)), Contains("f64"), std::invalid_argument);
+}
+
+TEST_CASE("bad dims, labels and backward arguments") {
+  CHECK_THROWS_WITH_AS(sum(zeros({2, 3}), {2}), Contains("out of range"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cross_entropy(zeros({2, 3}), from_vector({0, 3}, {2}, DType::i64)),
+                       Contains("target[1] = 3"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cross_entropy(zeros({2, 3}), zeros({2})), Contains("i64"), std::invalid_argument);
+  Tensor x = zeros({2, 3});
+  x.requires_grad_();
+  CHECK_THROWS_WITH_AS(mul(x, 2.0).backward(), Contains("(2, 3)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(zeros({2}).backward(), Contains("does not require grad"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Device::parse("gpu0"), Contains("gpu0"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(Tensor().shape(), Contains("undefined"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(gather(zeros({2, 3}), 1, from_vector({0, 5}, {2, 1}, DType::i64)), Contains("[0, 3)"), std::invalid_argument);
+}

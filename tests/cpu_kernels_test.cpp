@@ -1,0 +1,623 @@
+// cpu_backend() against reference_backend(): every overridden kernel over a shape sweep
+// with sizes 1, odd and prime, NCHW and channels-last operands, f32 (and bf16 where
+// oneDNN takes it); plus the oneDNN caches (no rebuilt primitive on a repeated call,
+// weights reordered again when the version changes). Timing never decides a test.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/dnnl_context.h"
+
+namespace ringflow {
+namespace {
+
+enum class Layout { nchw, nhwc };
+
+// A host buffer and a View on it. Strides may be given (transposes, broadcasts).
+struct Buf {
+  std::vector<unsigned char> mem;
+  View v;
+};
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    st[d] = s;
+    s *= shape[d];
+  }
+  return st;
+}
+
+Shape layout_strides(const Shape& shape, Layout layout) {
+  if (layout == Layout::nchw || shape.size() != 4) return contiguous_strides(shape);
+  const int64_t C = shape[1], H = shape[2], W = shape[3];
+  return {H * W * C, 1, W * C, C};
+}
+
+double get(const View& v, int64_t offset) {
+  return visit_dtype(v.dtype, [&](auto t) {
+    using T = decltype(t);
+    return static_cast<double>(static_cast<float>(static_cast<const T*>(v.data)[offset]));
+  });
+}
+void set(const View& v, int64_t offset, double value) {
+  visit_dtype(v.dtype, [&](auto t) {
+    using T = decltype(t);
+    static_cast<T*>(v.data)[offset] = static_cast<T>(value);
+  });
+}
+
+// Calls fn(index, offset) for every logical element of v.
+void for_each(const View& v, const std::function<void(const Shape&, int64_t)>& fn) {
+  if (v.numel() == 0) return;
+  Shape idx(v.dim(), 0);
+  while (true) {
+    int64_t off = 0;
+    for (int d = 0; d < v.dim(); ++d) off += idx[d] * v.strides[d];
+    fn(idx, off);
+    int d = v.dim() - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < v.shape[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+Buf make_strided(const Shape& shape, const Shape& strides, DType dt) {
+  Buf b;
+  int64_t span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) span += (shape[d] - 1) * strides[d];
+  b.mem.assign(static_cast<size_t>(std::max<int64_t>(span, 1)) * dtype_size(dt) + 64, 0);
+  b.v.data = b.mem.data();
+  b.v.dtype = dt;
+  b.v.shape = shape;
+  b.v.strides = strides;
+  return b;
+}
+
+Buf make(const Shape& shape, DType dt, Layout layout = Layout::nchw) {
+  return make_strided(shape, layout_strides(shape, layout), dt);
+}
+
+void randomize(const View& v, std::mt19937& rng, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  for_each(v, [&](const Shape&, int64_t off) { set(v, off, u(rng)); });
+}
+
+Buf random(const Shape& shape, DType dt, Layout layout, std::mt19937& rng, double lo = -1,
+           double hi = 1) {
+  Buf b = make(shape, dt, layout);
+  randomize(b.v, rng, lo, hi);
+  return b;
+}
+
+// A fresh output like `like` (same shape, strides, dtype), prefilled with garbage.
+Buf like(const Buf& like_buf) {
+  Buf b = make_strided(like_buf.v.shape, like_buf.v.strides, like_buf.v.dtype);
+  for_each(b.v, [&](const Shape&, int64_t off) { set(b.v, off, 7.25); });
+  return b;
+}
+
+std::string idx_str(const Shape& idx) { return shape_str(idx); }
+
+// |got - want| <= atol + rtol * |want| everywhere; prints the first mismatches.
+bool close(const View& got, const View& want, double rtol, double atol, const std::string& what) {
+  int bad = 0;
+  int64_t count = 0;
+  for_each(want, [&](const Shape& idx, int64_t off_w) {
+    int64_t off_g = 0;
+    for (int d = 0; d < got.dim(); ++d) off_g += idx[d] * got.strides[d];
+    const double g = get(got, off_g), w = get(want, off_w);
+    const bool ok = (std::isnan(g) && std::isnan(w)) || std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    if (!ok) {
+      if (bad < 5) {
+        std::printf("  mismatch %s at %s: cpu %.7g reference %.7g\n", what.c_str(),
+                    idx_str(idx).c_str(), g, w);
+      }
+      ++bad;
+    }
+    ++count;
+  });
+  if (bad) std::printf("  %s: %d of %lld elements differ\n", what.c_str(), bad, static_cast<long long>(count));
+  return bad == 0;
+}
+
+const Backend& cpu() { return cpu_backend(); }
+const Backend& ref() { return reference_backend(); }
+
+// Tolerances: f32 relative 1e-4 plus an absolute part growing with the number of terms
+// accumulated into each output; bf16 rounds every input and output to 8 bits.
+double rtol_of(DType dt) { return dt == DType::bf16 ? 2e-2 : 1e-4; }
+double atol_of(DType dt, double terms) {
+  return dt == DType::bf16 ? 1e-2 * std::sqrt(terms) + 1e-2 : 2e-6 * terms + 1e-6;
+}
+
+const char* layout_name(Layout l) { return l == Layout::nchw ? "nchw" : "nhwc"; }
+
+// ---------------------------------------------------------------- conv
+struct ConvCase {
+  int64_t N, C, K, H, W, R, S;
+  Conv2dParams p;
+  Layout lx, ly;
+  DType dt;
+};
+
+std::string conv_name(const ConvCase& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "N%lld C%lld K%lld H%lld W%lld k%lldx%lld s%lld,%lld pad t%lld b%lld l%lld r%lld d%lld,%lld %s->%s %s",
+                (long long)c.N, (long long)c.C, (long long)c.K, (long long)c.H, (long long)c.W,
+                (long long)c.R, (long long)c.S, (long long)c.p.stride_h, (long long)c.p.stride_w,
+                (long long)c.p.pad_top, (long long)c.p.pad_bottom, (long long)c.p.pad_left,
+                (long long)c.p.pad_right, (long long)c.p.dilation_h, (long long)c.p.dilation_w,
+                layout_name(c.lx), layout_name(c.ly), dtype_name(c.dt));
+  return buf;
+}
+
+bool conv_output(const ConvCase& c, int64_t& P, int64_t& Q) {
+  const int64_t eh = (c.R - 1) * c.p.dilation_h + 1, ew = (c.S - 1) * c.p.dilation_w + 1;
+  const int64_t hh = c.H + c.p.pad_top + c.p.pad_bottom - eh, ww = c.W + c.p.pad_left + c.p.pad_right - ew;
+  if (hh < 0 || ww < 0) return false;
+  P = hh / c.p.stride_h + 1;
+  Q = ww / c.p.stride_w + 1;
+  return true;
+}
+
+// Runs forward, backward-data and backward-weights(+bias) on both backends.
+bool check_conv(const ConvCase& c, std::mt19937& rng) {
+  int64_t P, Q;
+  if (!conv_output(c, P, Q)) return true;
+  const std::string name = conv_name(c);
+  Buf x = random({c.N, c.C, c.H, c.W}, c.dt, c.lx, rng);
+  Buf w = random({c.K, c.C, c.R, c.S}, c.dt, Layout::nchw, rng);
+  Buf bias = random({c.K}, c.dt, Layout::nchw, rng);
+  Buf dy = random({c.N, c.K, P, Q}, c.dt, c.ly, rng);
+  Buf y = make({c.N, c.K, P, Q}, c.dt, c.ly);
+  Buf y1 = like(y), y2 = like(y);
+  cpu().conv2d_forward(y1.v, x.v, w.v, &bias.v, c.p);
+  ref().conv2d_forward(y2.v, x.v, w.v, &bias.v, c.p);
+  bool ok = close(y1.v, y2.v, rtol_of(c.dt), atol_of(c.dt, double(c.C * c.R * c.S)), "conv fwd " + name);
+
+  Buf dx1 = like(x), dx2 = like(x);
+  cpu().conv2d_backward_data(dx1.v, dy.v, w.v, c.p);
+  ref().conv2d_backward_data(dx2.v, dy.v, w.v, c.p);
+  ok &= close(dx1.v, dx2.v, rtol_of(c.dt), atol_of(c.dt, double(c.K * c.R * c.S)), "conv bwd data " + name);
+
+  Buf dw1 = like(w), dw2 = like(w), db1 = like(bias), db2 = like(bias);
+  cpu().conv2d_backward_weights(dw1.v, &db1.v, dy.v, x.v, c.p);
+  ref().conv2d_backward_weights(dw2.v, &db2.v, dy.v, x.v, c.p);
+  ok &= close(dw1.v, dw2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd weights " + name);
+  ok &= close(db1.v, db2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd bias " + name);
+  return ok;
+}
+
+TEST_CASE("conv2d forward / backward-data / backward-weights match the reference") {
+  std::mt19937 rng(1);
+  const int64_t kernels[][2] = {{1, 1}, {3, 3}, {1, 7}, {7, 1}, {5, 5}};
+  const int64_t Ns[] = {1, 3}, Cs[] = {1, 3, 16, 17}, Ks[] = {1, 16, 3, 17}, HWs[] = {1, 5, 7, 13};
+  int cases = 0, failed = 0, variant = 0;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto& k : kernels) {
+      for (int64_t stride : {1, 2}) {
+        for (int64_t dil : {1, 2}) {
+          for (int lay = 0; lay < 4; ++lay) {
+            if (dt == DType::bf16 && (lay == 1 || lay == 2 || dil == 2)) continue;  // keep bf16 short
+            ConvCase c;
+            const int v = variant++;
+            c.N = Ns[v % 2];
+            c.C = Cs[v % 4];
+            c.K = Ks[(v / 4) % 4];
+            c.H = HWs[(v / 2) % 4] + (k[0] > 1 ? 6 : 0);
+            c.W = HWs[(v / 3) % 4] + (k[1] > 1 ? 6 : 0);
+            c.R = k[0];
+            c.S = k[1];
+            c.p.stride_h = c.p.stride_w = stride;
+            c.p.dilation_h = c.p.dilation_w = dil;
+            c.p.pad_top = (k[0] / 2);
+            c.p.pad_bottom = v % 3 == 0 ? 0 : k[0] / 2 + (k[0] > 1 ? 1 : 0);  // asymmetric
+            c.p.pad_left = k[1] / 2;
+            c.p.pad_right = v % 2 == 0 ? k[1] / 2 : 0;
+            c.lx = (lay & 1) ? Layout::nhwc : Layout::nchw;
+            c.ly = (lay & 2) ? Layout::nhwc : Layout::nchw;
+            c.dt = dt;
+            ++cases;
+            if (!check_conv(c, rng)) ++failed;
+          }
+        }
+      }
+    }
+  }
+  // Sizes 1 and odd spatial sizes with 1x1 and 3x3, channels-last, explicitly.
+  for (int64_t H : {1, 5, 7, 13}) {
+    for (int64_t C : {1, 3, 16, 17}) {
+      ConvCase c{3, C, 17, H, H, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
+      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+      ++cases;
+      if (!check_conv(c, rng)) ++failed;
+    }
+  }
+  MESSAGE(cases << " conv cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- matmul
+void check_matmul(int64_t B, int64_t M, int64_t K, int64_t N, bool ta, bool tb, bool bcast_a,
+                  bool bcast_b, DType dt, std::mt19937& rng, int& failed) {
+  // a (B, M, K): transposed means stored as (B, K, M); broadcast means batch stride 0.
+  Buf a = make_strided({B, M, K}, ta ? Shape{M * K, 1, M} : Shape{M * K, K, 1}, dt);
+  Buf b = make_strided({B, K, N}, tb ? Shape{K * N, 1, K} : Shape{K * N, N, 1}, dt);
+  if (bcast_a) a = make_strided({B, M, K}, {0, ta ? 1 : K, ta ? M : 1}, dt);
+  if (bcast_b) b = make_strided({B, K, N}, {0, tb ? 1 : N, tb ? K : 1}, dt);
+  randomize(a.v, rng);
+  randomize(b.v, rng);
+  Buf o1 = make({B, M, N}, dt), o2 = make({B, M, N}, dt);
+  cpu().matmul(o1.v, a.v, b.v);
+  ref().matmul(o2.v, a.v, b.v);
+  char name[160];
+  std::snprintf(name, sizeof name, "matmul B%lld M%lld K%lld N%lld ta%d tb%d bca%d bcb%d %s",
+                (long long)B, (long long)M, (long long)K, (long long)N, ta, tb, bcast_a, bcast_b,
+                dtype_name(dt));
+  if (!close(o1.v, o2.v, rtol_of(dt), atol_of(dt, double(K)), name)) ++failed;
+}
+
+TEST_CASE("matmul: batched, transposed strides, batch broadcast, bf16") {
+  std::mt19937 rng(2);
+  int failed = 0, cases = 0;
+  const int64_t sizes[][4] = {{1, 1, 1, 1}, {1, 5, 7, 3}, {3, 13, 17, 1}, {2, 1, 64, 31}, {4, 33, 65, 17}, {1, 128, 96, 80}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto& s : sizes) {
+      for (int mode = 0; mode < 16; ++mode) {
+        check_matmul(s[0], s[1], s[2], s[3], mode & 1, mode & 2, mode & 4, mode & 8, dt, rng, failed);
+        ++cases;
+      }
+    }
+  }
+  MESSAGE(cases << " matmul cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- pooling
+int64_t pool_out(int64_t H, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  const int64_t num = H + 2 * p - k;
+  int64_t P = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
+  if (ceil_mode && (P - 1) * s >= H + p) --P;
+  return P;
+}
+
+TEST_CASE("max / avg pooling with ceil_mode and count_include_pad match the reference") {
+  std::mt19937 rng(3);
+  const int64_t cfg[][3] = {{2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {2, 1, 1}, {3, 3, 1}, {5, 2, 2}};
+  int failed = 0, cases = 0, v = 0;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto& c : cfg) {
+      for (bool ceil_mode : {false, true}) {
+        for (bool cip : {false, true}) {
+          for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+            for (int64_t H : {1, 5, 7, 13}) {
+              const int64_t N = (v % 2) ? 3 : 1, C = std::array<int64_t, 4>{1, 3, 16, 17}[v % 4];
+              const int64_t W = std::array<int64_t, 4>{5, 13, 7, 6}[(v / 3) % 4];
+              ++v;
+              Pool2dParams p;
+              p.kernel_h = p.kernel_w = c[0];
+              p.stride_h = p.stride_w = c[1];
+              p.pad_h = p.pad_w = c[2];
+              p.ceil_mode = ceil_mode;
+              p.count_include_pad = cip;
+              if (H + 2 * p.pad_h < p.kernel_h || W + 2 * p.pad_w < p.kernel_w) continue;
+              const int64_t P = pool_out(H, c[0], c[1], c[2], ceil_mode), Q = pool_out(W, c[0], c[1], c[2], ceil_mode);
+              char name[160];
+              std::snprintf(name, sizeof name, "pool N%lld C%lld H%lld W%lld k%lld s%lld p%lld ceil%d cip%d %s %s",
+                            (long long)N, (long long)C, (long long)H, (long long)W, (long long)c[0],
+                            (long long)c[1], (long long)c[2], ceil_mode, cip, layout_name(lay), dtype_name(dt));
+              Buf x = random({N, C, H, W}, dt, lay, rng);
+              Buf dy = random({N, C, P, Q}, dt, lay, rng);
+              Buf y1 = make({N, C, P, Q}, dt, lay), y2 = like(y1);
+              const double terms = double(c[0] * c[0]);
+              Workspace ws1 = cpu().max_pool2d_forward(y1.v, x.v, p);
+              Workspace ws2 = ref().max_pool2d_forward(y2.v, x.v, p);
+              bool ok = close(y1.v, y2.v, 0, 0, std::string("max fwd ") + name);
+              Buf dx1 = like(x), dx2 = like(x);
+              cpu().max_pool2d_backward(dx1.v, dy.v, x.v, ws1, p);
+              ref().max_pool2d_backward(dx2.v, dy.v, x.v, ws2, p);
+              ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, terms), std::string("max bwd ") + name);
+              cpu().avg_pool2d_forward(y1.v, x.v, p);
+              ref().avg_pool2d_forward(y2.v, x.v, p);
+              ok &= close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms), std::string("avg fwd ") + name);
+              cpu().avg_pool2d_backward(dx1.v, dy.v, p);
+              ref().avg_pool2d_backward(dx2.v, dy.v, p);
+              ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, terms), std::string("avg bwd ") + name);
+              ++cases;
+              if (!ok) ++failed;
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " pooling cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- batch norm
+TEST_CASE("batch norm train / eval / backward match the reference") {
+  std::mt19937 rng(4);
+  int failed = 0, cases = 0, v = 0;
+  const double eps = 1e-5;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (int64_t C : {1, 3, 16, 17}) {
+      for (int64_t H : {1, 5, 7, 13}) {
+        for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+          for (int affine = 0; affine < 2; ++affine) {
+            const int64_t N = (v++ % 2) ? 3 : 1, W = H == 1 ? 1 : H + 2;
+            if (N * H * W == 1) continue;  // a single element per channel: variance 0
+            const bool two_d = H == 1 && lay == Layout::nchw && v % 3 == 0;
+            const Shape shape = two_d ? Shape{N, C} : Shape{N, C, H, W};
+            Buf x = random(shape, dt, lay, rng), dy = random(shape, dt, lay, rng);
+            Buf g = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({C}, DType::f32, Layout::nchw, rng);
+            const View* gp = affine ? &g.v : nullptr;
+            const View* bp = affine ? &b.v : nullptr;
+            Buf y1 = like(x), y2 = like(x);
+            Buf m1 = make({C}, DType::f32), m2 = make({C}, DType::f32), v1 = make({C}, DType::f32), v2 = make({C}, DType::f32);
+            const double terms = double(x.v.numel() / C);
+            std::string name = shape_str(shape) + " " + layout_name(lay) + " affine" + std::to_string(affine) + " " + dtype_name(dt);
+            cpu().batch_norm_forward_train(y1.v, m1.v, v1.v, x.v, gp, bp, eps);
+            ref().batch_norm_forward_train(y2.v, m2.v, v2.v, x.v, gp, bp, eps);
+            bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms) * 10, "bn train y " + name);
+            ok &= close(m1.v, m2.v, 1e-4, 1e-5, "bn mean " + name);
+            ok &= close(v1.v, v2.v, 1e-4, 1e-5, "bn var " + name);
+            cpu().batch_norm_forward_eval(y1.v, x.v, m2.v, v2.v, gp, bp, eps);
+            ref().batch_norm_forward_eval(y2.v, x.v, m2.v, v2.v, gp, bp, eps);
+            ok &= close(y1.v, y2.v, rtol_of(dt), atol_of(dt, 1) * 10, "bn eval " + name);
+            Buf dx1 = like(x), dx2 = like(x), dg1 = make({C}, DType::f32), dg2 = make({C}, DType::f32),
+                db1 = make({C}, DType::f32), db2 = make({C}, DType::f32);
+            cpu().batch_norm_backward(dx1.v, affine ? &dg1.v : nullptr, affine ? &db1.v : nullptr, dy.v,
+                                      x.v, m2.v, v2.v, gp, eps);
+            ref().batch_norm_backward(dx2.v, affine ? &dg2.v : nullptr, affine ? &db2.v : nullptr, dy.v,
+                                      x.v, m2.v, v2.v, gp, eps);
+            // dx involves two reductions over N*H*W and a 1/sigma that is large for
+            // nearly constant channels: compare with the tolerance scaled accordingly.
+            ok &= close(dx1.v, dx2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 100, "bn bwd dx " + name);
+            if (affine) {
+              ok &= close(dg1.v, dg2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn bwd dgamma " + name);
+              ok &= close(db1.v, db2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn bwd dbeta " + name);
+            }
+            ++cases;
+            if (!ok) ++failed;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " batch norm cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- softmax
+TEST_CASE("softmax / log-softmax forward and backward match the reference") {
+  std::mt19937 rng(5);
+  int failed = 0, cases = 0;
+  const Shape shapes[] = {{1, 1}, {3, 17}, {5, 1000}, {1, 5, 7}, {3, 16, 5, 7}};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Shape& s : shapes) {
+      for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+        if (lay == Layout::nhwc && s.size() != 4) continue;
+        for (int64_t dim = 0; dim < static_cast<int64_t>(s.size()); ++dim) {
+          for (bool log : {false, true}) {
+            Buf x = random(s, dt, lay, rng, -3, 3), dy = random(s, dt, lay, rng);
+            Buf y1 = like(x), y2 = like(x), dx1 = like(x), dx2 = like(x);
+            std::string name = shape_str(s) + " dim " + std::to_string(dim) + (log ? " log " : " ") +
+                               layout_name(lay) + " " + dtype_name(dt);
+            cpu().softmax_forward(y1.v, x.v, dim, log);
+            ref().softmax_forward(y2.v, x.v, dim, log);
+            bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, 1) * 10, "softmax fwd " + name);
+            cpu().softmax_backward(dx1.v, dy.v, y2.v, dim, log);
+            ref().softmax_backward(dx2.v, dy.v, y2.v, dim, log);
+            ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, double(s[dim])) * 10, "softmax bwd " + name);
+            ++cases;
+            if (!ok) ++failed;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " softmax cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- elementwise
+// Operand layouts for elementwise tests, all over out's shape (N, C, H, W).
+enum class Operand { same, channel, scalar, transposed };
+
+Buf elementwise_operand(const Shape& s, Layout lay, Operand kind, std::mt19937& rng, double lo, double hi) {
+  Buf b;
+  switch (kind) {
+    case Operand::same: return random(s, DType::f32, lay, rng, lo, hi);
+    case Operand::channel: b = make_strided(s, {0, 1, 0, 0}, DType::f32); break;
+    case Operand::scalar: b = make_strided(s, {0, 0, 0, 0}, DType::f32); break;
+    case Operand::transposed: b = make_strided(s, {s[1] * s[2] * s[3], s[2] * s[3], 1, s[2]}, DType::f32); break;
+  }
+  randomize(b.v, rng, lo, hi);
+  return b;
+}
+
+TEST_CASE("unary / binary / where over same-layout, per-channel and scalar operands") {
+  std::mt19937 rng(6);
+  int failed = 0, cases = 0;
+  const Shape shapes[] = {{1, 1, 1, 1}, {3, 17, 5, 7}, {2, 16, 13, 13}, {64, 64, 8, 8}};
+  for (const Shape& s : shapes) {
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      const std::string base = shape_str(s) + " " + layout_name(lay);
+      for (UnaryOp op : {UnaryOp::neg, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt, UnaryOp::relu,
+                         UnaryOp::abs, UnaryOp::sigmoid, UnaryOp::tanh}) {
+        const bool positive = op == UnaryOp::log || op == UnaryOp::sqrt;
+        for (Operand kind : {Operand::same, Operand::transposed}) {
+          Buf in = elementwise_operand(s, lay, kind, rng, positive ? 0.1 : -2, 2);
+          Buf o1 = make(s, DType::f32, lay), o2 = like(o1);
+          cpu().unary(op, o1.v, in.v);
+          ref().unary(op, o2.v, in.v);
+          ++cases;
+          if (!close(o1.v, o2.v, 1e-5, 1e-6, std::string("unary ") + unary_op_name(op) + " " + base)) ++failed;
+        }
+      }
+      for (int bop = 0; bop <= static_cast<int>(BinaryOp::relu_backward); ++bop) {
+        const BinaryOp op = static_cast<BinaryOp>(bop);
+        for (Operand kb : {Operand::same, Operand::channel, Operand::scalar, Operand::transposed}) {
+          for (bool swap : {false, true}) {
+            const bool positive = op == BinaryOp::pow;
+            Buf a = elementwise_operand(s, lay, swap ? kb : Operand::same, rng, positive ? 0.1 : -2, 2);
+            Buf b = elementwise_operand(s, lay, swap ? Operand::same : kb, rng, -2, 2);
+            Buf o1 = make(s, DType::f32, lay), o2 = like(o1);
+            cpu().binary(op, o1.v, a.v, b.v);
+            ref().binary(op, o2.v, a.v, b.v);
+            ++cases;
+            if (!close(o1.v, o2.v, 1e-5, 1e-6, std::string("binary ") + binary_op_name(op) + " " + base +
+                                                   " kind " + std::to_string(int(kb)) + " swap " + std::to_string(swap))) {
+              ++failed;
+            }
+          }
+        }
+      }
+      Buf cond = make(s, DType::f32, lay);
+      std::bernoulli_distribution coin(0.5);
+      for_each(cond.v, [&](const Shape&, int64_t off) { set(cond.v, off, coin(rng) ? 1.0 : 0.0); });
+      Buf a = random(s, DType::f32, lay, rng), b = elementwise_operand(s, lay, Operand::channel, rng, -1, 1);
+      Buf o1 = make(s, DType::f32, lay), o2 = like(o1);
+      cpu().where(o1.v, cond.v, a.v, b.v);
+      ref().where(o2.v, cond.v, a.v, b.v);
+      ++cases;
+      if (!close(o1.v, o2.v, 0, 0, "where " + base)) ++failed;
+    }
+  }
+  MESSAGE(cases << " elementwise cases");
+  CHECK(failed == 0);
+}
+
+TEST_CASE("copy (relayout, dtype conversion) and fill") {
+  std::mt19937 rng(7);
+  int failed = 0;
+  for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 17, 5, 7}, Shape{8, 64, 16, 16}}) {
+    for (DType from : {DType::f32, DType::bf16, DType::i64}) {
+      for (DType to : {DType::f32, DType::bf16, DType::i64}) {
+        for (Layout lf : {Layout::nchw, Layout::nhwc}) {
+          for (Layout lt : {Layout::nchw, Layout::nhwc}) {
+            Buf src = random(s, from, lf, rng, -100, 100);
+            Buf d1 = make(s, to, lt), d2 = like(d1);
+            cpu().copy(d1.v, src.v);
+            ref().copy(d2.v, src.v);
+            if (!close(d1.v, d2.v, 0, 0, shape_str(s) + " copy " + dtype_name(from) + "->" + dtype_name(to) + " " +
+                                             layout_name(lf) + "->" + layout_name(lt))) {
+              ++failed;
+            }
+          }
+        }
+      }
+      Buf f1 = make(s, from, Layout::nhwc), f2 = like(f1);
+      cpu().fill(f1.v, 3.5);
+      ref().fill(f2.v, 3.5);
+      if (!close(f1.v, f2.v, 0, 0, "fill " + shape_str(s) + " " + dtype_name(from))) ++failed;
+    }
+  }
+  CHECK(failed == 0);
+}
+
+TEST_CASE("reduce sum / mean (and fallbacks) over dims of NCHW and NHWC tensors") {
+  std::mt19937 rng(8);
+  int failed = 0, cases = 0;
+  const std::vector<std::vector<int>> dim_sets = {{0, 1, 2, 3}, {3}, {0, 2, 3}, {0}, {1}, {2, 3}, {1, 2, 3}};
+  for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 17, 5, 7}, Shape{64, 64, 8, 8}}) {
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      for (const auto& dims : dim_sets) {
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
+          Buf in = random(s, DType::f32, lay, rng);
+          Shape os = s;
+          for (int d : dims) os[d] = 1;
+          Buf o1 = make(os, DType::f32), o2 = like(o1);
+          cpu().reduce(op, o1.v, in.v);
+          ref().reduce(op, o2.v, in.v);
+          std::string name = std::string(reduce_op_name(op)) + " " + shape_str(s) + " " + layout_name(lay) +
+                             " over " + std::to_string(dims.size()) + " dims from " + std::to_string(dims[0]);
+          ++cases;
+          if (!close(o1.v, o2.v, 1e-5, 1e-5, name)) ++failed;
+        }
+      }
+    }
+  }
+  // 2-D: per-column sums (bias gradient of a linear layer) and per-row.
+  for (int dim : {0, 1}) {
+    Buf in = random({257, 31}, DType::f32, Layout::nchw, rng);
+    Buf o1 = make(dim == 0 ? Shape{1, 31} : Shape{257, 1}, DType::f32), o2 = like(o1);
+    cpu().reduce(ReduceOp::sum, o1.v, in.v);
+    ref().reduce(ReduceOp::sum, o2.v, in.v);
+    ++cases;
+    if (!close(o1.v, o2.v, 1e-5, 1e-5, "sum 2-D dim " + std::to_string(dim))) ++failed;
+  }
+  MESSAGE(cases << " reduce cases");
+  CHECK(failed == 0);
+}
+
+// ---------------------------------------------------------------- caches
+TEST_CASE("conv primitives are cached and weights re-reordered only on a new version") {
+  std::mt19937 rng(9);
+  Conv2dParams p;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  const int64_t N = 2, C = 32, K = 32, H = 8, W = 8;
+  Buf x = random({N, C, H, W}, DType::f32, Layout::nhwc, rng);
+  Buf w = random({K, C, 3, 3}, DType::f32, Layout::nchw, rng);
+  static const int token = 0;
+  w.v.storage_id = &token;
+  w.v.version = 1;
+  Buf y1 = make({N, K, H, W}, DType::f32, Layout::nhwc), y2 = like(y1);
+
+  cpu().conv2d_forward(y1.v, x.v, w.v, nullptr, p);
+  const cpu::DnnlCacheStats s1 = cpu::dnnl_cache_stats();
+  cpu().conv2d_forward(y1.v, x.v, w.v, nullptr, p);
+  const cpu::DnnlCacheStats s2 = cpu::dnnl_cache_stats();
+  CHECK(s2.primitive_misses == s1.primitive_misses);
+  CHECK(s2.primitives == s1.primitives);
+  CHECK(s2.weight_reorders == s1.weight_reorders);  // same version: reused
+
+  // New weights in the same storage, version bumped: the result must follow them.
+  randomize(w.v, rng);
+  w.v.version = 2;
+  cpu().conv2d_forward(y1.v, x.v, w.v, nullptr, p);
+  ref().conv2d_forward(y2.v, x.v, w.v, nullptr, p);
+  CHECK(close(y1.v, y2.v, 1e-4, atol_of(DType::f32, C * 9.0), "conv after version bump"));
+  const cpu::DnnlCacheStats s3 = cpu::dnnl_cache_stats();
+  CHECK(s3.primitive_misses == s2.primitive_misses);
+  CHECK(s3.weight_entries == s2.weight_entries);  // the cached buffer was reused
+}
+
+TEST_CASE("a oneDNN failure becomes a runtime_error naming the op") {
+  // Mismatched output shape: oneDNN rejects the descriptor (invalid arguments).
+  Buf x = make({1, 3, 5, 5}, DType::f32), w = make({4, 3, 3, 3}, DType::f32);
+  Buf y = make({1, 4, 4, 4}, DType::f32);
+  Conv2dParams p;
+  try {
+    cpu().conv2d_forward(y.v, x.v, w.v, nullptr, p);
+    FAIL("expected an exception");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("conv2d_forward") != std::string::npos);
+  }
+}
+
+TEST_CASE("set_num_threads / num_threads") {
+  const int before = num_threads();
+  CHECK(before >= 1);
+  set_num_threads(1);
+  CHECK(num_threads() == 1);
+  set_num_threads(before);
+  CHECK(num_threads() == before);
+  CHECK_THROWS(set_num_threads(0));
+}
+
+}  // namespace
+}  // namespace ringflow

@@ -1,0 +1,350 @@
+// The CUDA backend (memory, copy, fill) and copy_between_devices against the reference
+// backend run on the host: same views, same dtype conversions, compared bit for bit.
+// Without a device (no GPU, stub driver, or a build without CUDA) the device tests are
+// skipped by doctest and a listener prints each one's name with the reason; the table test
+// always runs and checks what a build without a device must still do.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_copy.h"
+#include "kernels/cuda_devices.h"
+
+namespace ringflow {
+namespace {
+
+struct CudaStatus {
+  int count = 0;
+  std::string why;
+};
+
+const CudaStatus& cuda_status() {
+  static const CudaStatus status = [] {
+    CudaStatus s;
+    s.count = cuda_device_count(&s.why);
+    return s;
+  }();
+  return status;
+}
+
+// Evaluated during static initialisation, before the test cases below register.
+const bool kNoDevice = cuda_status().count == 0;
+
+// Prints "SKIP: <test case>: <why>" for every skipped test case, so the reason shows in
+// the output (and in meson's test log) while doctest counts the case as skipped.
+struct SkipReasonListener : doctest::IReporter {
+  std::ostream& out;
+  explicit SkipReasonListener(const doctest::ContextOptions& options) : out(*options.cout) {}
+  void test_case_skipped(const doctest::TestCaseData& tc) override {
+    out << "SKIP: " << tc.m_name << ": " << cuda_status().why << "\n";
+  }
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData&) override {}
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+};
+
+const DType kAllDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
+                            DType::i64};
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    st[d] = s;
+    s *= shape[d];
+  }
+  return st;
+}
+
+// Elements a view reaches: max offset + 1.
+int64_t span(const Shape& shape, const Shape& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
+  return last + 1;
+}
+
+View make_view(void* data, DType dtype, const Shape& shape, Shape strides = {}) {
+  View v;
+  v.data = data;
+  v.dtype = dtype;
+  v.shape = shape;
+  v.strides = strides.empty() ? contiguous_strides(shape) : strides;
+  return v;
+}
+
+// `elements` slots of `dtype` on the host.
+struct HostBuf {
+  DType dtype;
+  int64_t elements;
+  std::vector<unsigned char> mem;
+  HostBuf(DType dt, int64_t n) : dtype(dt), elements(n), mem(n * dtype_size(dt)) {}
+  View flat() { return make_view(mem.data(), dtype, {elements}); }
+  View view(const Shape& shape, const Shape& strides = {}) {
+    return make_view(mem.data(), dtype, shape, strides);
+  }
+};
+
+// The same on the current CUDA device, through the backend's allocator.
+struct DeviceBuf {
+  DType dtype;
+  int64_t elements;
+  void* data;
+  DeviceBuf(DType dt, int64_t n)
+      : dtype(dt), elements(n), data(cuda_backend()->allocate(n * dtype_size(dt))) {}
+  ~DeviceBuf() { cuda_backend()->deallocate(data, elements * dtype_size(dtype)); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  View flat() const { return make_view(data, dtype, {elements}); }
+  View view(const Shape& shape, const Shape& strides = {}) const {
+    return make_view(data, dtype, shape, strides);
+  }
+};
+
+void upload(const DeviceBuf& dst, HostBuf& src) {
+  copy_between_devices(dst.flat(), Device::cuda(), src.flat(), Device::cpu());
+}
+
+HostBuf download(const DeviceBuf& src) {
+  HostBuf out(src.dtype, src.elements);
+  copy_between_devices(out.flat(), Device::cpu(), src.flat(), Device::cuda());
+  return out;
+}
+
+// Host buffer of `dtype` holding value(i) at slot i (converted by the reference copy).
+template <class Fn>
+HostBuf host_values(DType dtype, int64_t n, Fn value) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = value(i);
+  HostBuf out(dtype, n);
+  reference_backend().copy(out.flat(), make_view(v.data(), DType::f64, {n}));
+  return out;
+}
+
+// Index of the first differing element, or -1.
+int64_t first_mismatch(const HostBuf& a, const HostBuf& b) {
+  const size_t es = dtype_size(a.dtype);
+  for (int64_t i = 0; i < a.elements; ++i)
+    if (std::memcmp(a.mem.data() + i * es, b.mem.data() + i * es, es) != 0) return i;
+  return -1;
+}
+
+std::string pair_name(DType dst, DType src) {
+  return std::string(dtype_name(src)) + " -> " + dtype_name(dst);
+}
+
+}  // namespace
+
+DOCTEST_REGISTER_LISTENER("cuda_skip_reason", 1, SkipReasonListener);
+
+TEST_CASE("cuda table and device count say what this build and machine have") {
+  std::string why;
+  const int count = cuda_device_count(&why);
+  CHECK(count >= 0);
+  const Backend* cuda = cuda_backend();
+  if (!cuda) {
+    MESSAGE("built without CUDA: " << why);
+    CHECK(count == 0);
+    CHECK(why.find("built without CUDA") != std::string::npos);
+    float x = 0;
+    const View host = make_view(&x, DType::f32, {1});
+    CHECK_THROWS_WITH_AS(copy_between_devices(host, Device::cuda(), host, Device::cpu()),
+                         doctest::Contains("ringflow was built without CUDA"),
+                         std::runtime_error);
+    return;
+  }
+  CHECK(std::string(cuda->name) == "cuda");
+  // (bool) because doctest cannot print function pointers.
+  CHECK(bool(cuda->allocate));
+  CHECK(bool(cuda->deallocate));
+  CHECK(bool(cuda->copy));
+  CHECK(bool(cuda->fill));
+  CHECK_FALSE(bool(cuda->matmul));  // not yet: dispatch throws "not implemented on cuda"
+  if (count == 0) {
+    MESSAGE("CUDA build, no device: " << why);
+    CHECK(why.find("cudaGetDeviceCount") != std::string::npos);
+    CHECK(why.find("(error ") != std::string::npos);
+  }
+  // Shape checks come before any CUDA call, so they hold without a device too.
+  float x[2] = {};
+  CHECK_THROWS_AS(cuda->copy(make_view(x, DType::f32, {2}), make_view(x, DType::f32, {1})),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(copy_between_devices(make_view(x, DType::f32, {2}), Device::cuda(),
+                                       make_view(x, DType::f32, {1}), Device::cpu()),
+                  std::invalid_argument);
+}
+
+TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  CHECK(cuda.allocate(0) == nullptr);
+  {
+    DeviceBuf buf(DType::f32, 1 << 18);  // 1 MiB
+    REQUIRE(buf.data != nullptr);
+    cuda.fill(buf.flat(), 1.5);
+    const HostBuf back = download(buf);
+    const float* f = reinterpret_cast<const float*>(back.mem.data());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < back.elements; ++i) bad += f[i] != 1.5f;
+    CHECK(bad == 0);
+  }
+  try {
+    cuda.allocate(size_t{1} << 60);
+    FAIL("allocating 2^60 bytes did not throw");
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    MESSAGE(msg);
+    CHECK(msg.find("kernels/cuda/backend.cpp:") != std::string::npos);
+    CHECK(msg.find("cudaMalloc") != std::string::npos);
+    CHECK(msg.find("CUDA error") != std::string::npos);
+  }
+}
+
+TEST_CASE("fill every dtype, contiguous and strided, as the reference does" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  const Shape shape = {5, 7};
+  const Shape strided = {14 * 3, 2};  // every other column of every third row of (15, 14)
+  for (DType dt : kAllDtypes) {
+    CAPTURE(dtype_name(dt));
+    for (const Shape& strides : {contiguous_strides(shape), strided}) {
+      const int64_t n = span(shape, strides);
+      HostBuf expected = host_values(dt, n, [](int64_t i) { return double(i % 13); });
+      DeviceBuf dev(dt, n);
+      upload(dev, expected);
+      cuda.fill(dev.view(shape, strides), -2.75);
+      reference_backend().fill(expected.view(shape, strides), -2.75);
+      const HostBuf got = download(dev);
+      CHECK(first_mismatch(got, expected) == -1);
+    }
+  }
+}
+
+TEST_CASE("host <-> device round trip keeps the bits of f32, f16 and bf16" *
+          doctest::skip(kNoDevice)) {
+  std::mt19937 rng(7);
+  const int64_t n = 1000003;  // prime
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(dt));
+    HostBuf host(dt, n);
+    for (auto& byte : host.mem) byte = static_cast<unsigned char>(rng());  // any bits, NaNs too
+    DeviceBuf dev(dt, n);
+    upload(dev, host);
+    const HostBuf back = download(dev);
+    CHECK(first_mismatch(back, host) == -1);
+  }
+}
+
+TEST_CASE("device copies with strides, broadcast and dtype conversion match the reference" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  const Shape shape = {3, 4, 5};
+  struct Case {
+    const char* name;
+    Shape src_strides;
+  };
+  const Case cases[] = {
+      {"contiguous", contiguous_strides(shape)},
+      {"transposed (2, 1, 0)", {1, 3, 12}},
+      {"broadcast over dims 0 and 2", {0, 1, 0}},
+  };
+  const Shape dst_strides = {48, 12, 2};  // gaps between elements and rows
+  for (const Case& c : cases) {
+    for (DType dst_dt : kAllDtypes) {
+      for (DType src_dt : kAllDtypes) {
+        CAPTURE(c.name);
+        const std::string pair = pair_name(dst_dt, src_dt);
+        CAPTURE(pair);
+        const int64_t src_n = span(shape, c.src_strides);
+        const int64_t dst_n = span(shape, dst_strides);
+        HostBuf src = host_values(src_dt, src_n, [](int64_t i) { return 0.75 * i - 20.5; });
+        HostBuf expected = host_values(dst_dt, dst_n, [](int64_t) { return 7.0; });
+        DeviceBuf src_dev(src_dt, src_n), dst_dev(dst_dt, dst_n);
+        upload(src_dev, src);
+        upload(dst_dev, expected);
+
+        cuda.copy(dst_dev.view(shape, dst_strides), src_dev.view(shape, c.src_strides));
+        reference_backend().copy(expected.view(shape, dst_strides), src.view(shape, c.src_strides));
+        const HostBuf got = download(dst_dev);
+        const int64_t bad = first_mismatch(got, expected);
+        CHECK_MESSAGE(bad == -1, "first mismatch at slot " << bad);
+      }
+    }
+  }
+}
+
+TEST_CASE("device copies merge dims: 10-D contiguous works, 10 unmergeable dims throw" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  const Shape shape(10, 2);  // 1024 elements
+  Shape reversed(10);
+  for (int d = 0; d < 10; ++d) reversed[d] = int64_t{1} << d;
+  HostBuf src = host_values(DType::f32, 1024, [](int64_t i) { return double(i); });
+  DeviceBuf src_dev(DType::f32, 1024), dst_dev(DType::f64, 1024);
+  upload(src_dev, src);
+
+  cuda.copy(dst_dev.view(shape), src_dev.view(shape));
+  HostBuf expected(DType::f64, 1024);
+  reference_backend().copy(expected.view(shape), src.view(shape));
+  CHECK(first_mismatch(download(dst_dev), expected) == -1);
+
+  CHECK_THROWS_WITH_AS(cuda.copy(dst_dev.view(shape), src_dev.view(shape, reversed)),
+                       doctest::Contains("cannot be merged"), std::invalid_argument);
+}
+
+TEST_CASE("copy_between_devices stages converting and non-dense copies" *
+          doctest::skip(kNoDevice)) {
+  const Shape shape = {2, 3, 4, 5};  // (N, C, H, W)
+  const Shape channels_last = {60, 1, 15, 3};  // dense, dims (0, 2, 3, 1) in memory
+  const Shape gappy = {130, 40, 10, 2};        // every other element, padded rows
+  const int64_t dense_n = 120, gappy_n = span(shape, gappy);
+
+  SUBCASE("host f32 channels-last -> device f16 with gaps, and back into host f64 with gaps") {
+    HostBuf src = host_values(DType::f32, dense_n, [](int64_t i) { return 0.1 * i - 3; });
+    DeviceBuf dev(DType::f16, gappy_n);
+    cuda_backend()->fill(dev.flat(), 0.0);
+    copy_between_devices(dev.view(shape, gappy), Device::cuda(), src.view(shape, channels_last),
+                         Device::cpu());
+    HostBuf expected_dev(DType::f16, gappy_n);
+    reference_backend().fill(expected_dev.flat(), 0.0);
+    reference_backend().copy(expected_dev.view(shape, gappy), src.view(shape, channels_last));
+    CHECK(first_mismatch(download(dev), expected_dev) == -1);
+
+    HostBuf back(DType::f64, gappy_n), expected_back(DType::f64, gappy_n);
+    reference_backend().fill(back.flat(), -1.0);
+    reference_backend().fill(expected_back.flat(), -1.0);
+    copy_between_devices(back.view(shape, gappy), Device::cpu(), dev.view(shape, gappy),
+                         Device::cuda());
+    reference_backend().copy(expected_back.view(shape, gappy), expected_dev.view(shape, gappy));
+    CHECK(first_mismatch(back, expected_back) == -1);
+  }
+
+  SUBCASE("channels-last bf16 goes over as one dense copy and comes back into NCHW") {
+    HostBuf src = host_values(DType::bf16, dense_n, [](int64_t i) { return i * 0.5; });
+    DeviceBuf dev(DType::bf16, dense_n);
+    copy_between_devices(dev.view(shape, channels_last), Device::cuda(),
+                         src.view(shape, channels_last), Device::cpu());
+    CHECK(first_mismatch(download(dev), src) == -1);  // same bytes in the same order
+    HostBuf nchw(DType::bf16, dense_n), expected(DType::bf16, dense_n);
+    copy_between_devices(nchw.view(shape), Device::cpu(), dev.view(shape, channels_last),
+                         Device::cuda());
+    reference_backend().copy(expected.view(shape), src.view(shape, channels_last));
+    CHECK(first_mismatch(nchw, expected) == -1);
+  }
+}
+
+}  // namespace ringflow
