@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "framework/data/idx.h"
 #include "framework/ringflow.h"
@@ -88,6 +90,21 @@ Tensor batch_labels(const data::IdxArray& labels, const std::vector<int64_t>& or
   return out;
 }
 
+// CLI11's PositiveNumber and NonNegativeNumber print the whole double range in their
+// messages; these say it plainly ("--batch-size: must be > 0, got -3").
+CLI::Validator bound(double limit, bool inclusive) {
+  return CLI::Validator(
+      [=](std::string& s) {
+        double v = 0;
+        try { v = std::stod(s); } catch (const std::exception&) { return "not a number: " + s; }
+        if (inclusive ? v >= limit : v > limit) return std::string();
+        return fmt::format("must be {} {}, got {}", inclusive ? ">=" : ">", limit, s);
+      },
+      fmt::format("{} {}", inclusive ? ">=" : ">", limit));
+}
+CLI::Validator above(double limit) { return bound(limit, false); }
+CLI::Validator at_least(double limit) { return bound(limit, true); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,13 +115,13 @@ int main(int argc, char** argv) {
   double lr = 0.05, momentum = 0.9;
   uint64_t seed = 0;
   app.add_option("--data-dir", data_dir, "folder with the gzip IDX files")->capture_default_str();
-  app.add_option("--epochs", epochs, "passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch_size, "images per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "SGD learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--epochs", epochs, "passes over the training set")->capture_default_str()->check(above(0));
+  app.add_option("--batch-size", batch_size, "images per step")->capture_default_str()->check(above(0));
+  app.add_option("--lr", lr, "SGD learning rate")->capture_default_str()->check(above(0));
   app.add_option("--momentum", momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--threads", threads, "CPU threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--max-iters", max_iters, "stop each epoch after this many steps (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--log-every", log_every, "steps between loss lines")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "CPU threads (0: all cores)")->capture_default_str()->check(at_least(0));
+  app.add_option("--max-iters", max_iters, "stop each epoch after this many steps (0: all)")->capture_default_str()->check(at_least(0));
+  app.add_option("--log-every", log_every, "steps between loss lines")->capture_default_str()->check(above(0));
   app.add_option("--seed", seed, "seed of the initialisation and the shuffle")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -122,6 +139,9 @@ int main(int argc, char** argv) {
     Generator gen(seed);
     SmallCnn model(gen);
     std::vector<int64_t> order(n_train);
+    if (static_cast<size_t>(batch_size) > n_train)
+      throw std::invalid_argument(fmt::format("--batch-size {} exceeds the {} training images",
+                                              batch_size, n_train));
     const size_t steps_per_epoch = n_train / batch_size;
     const size_t steps = max_iters > 0 ? std::min<size_t>(max_iters, steps_per_epoch) : steps_per_epoch;
     for (int epoch = 1; epoch <= epochs; ++epoch) {
