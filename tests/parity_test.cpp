@@ -1,0 +1,111 @@
+// One training step of a small CNN against PyTorch (tests/fixtures/parity.safetensors,
+// written by tests/fixtures/make_parity.py): conv2d -> batch_norm (training) -> relu ->
+// max_pool2d -> flatten -> linear -> cross_entropy, then backward. The loss, the logits,
+// the gradient of every parameter and of the input, and the running statistics after the
+// step must match PyTorch's f64 step: within 1e-4 on the cpu (oneDNN) kernels in f32, and
+// within 1e-10 on the reference kernels in f64.
+#include <nlohmann/json.hpp>
+
+#include "tests/torch_compare.h"
+
+using namespace ringflow;
+using ringflow::testing::check_close;
+using ringflow::testing::deviation;
+
+namespace {
+
+constexpr const char* kFixture = "parity.safetensors";
+constexpr const char* kScript = "make_parity.py";
+
+// Values smaller than this are compared absolutely (see Deviation): the loss is ~1.5 and
+// the gradients up to 1e-2..1 per tensor. grad.conv.bias is 0 in exact arithmetic (batch
+// norm removes any shift of its input), so in f32 it is noise of ~1e-7.
+constexpr double kFloor = 1e-2;
+
+struct Step {
+  std::map<std::string, Tensor> leaves;  // x and the parameters, after backward
+  Tensor logits, loss, running_mean, running_var;
+};
+
+// The network of make_parity.py in `dtype` on the kernels in force on this thread.
+Step run_step(const SafetensorsFile& f, DType dtype) {
+  Step s;
+  // clone(): to() returns the loaded tensor itself for f64, and the step updates the
+  // running statistics in place.
+  auto input = [&](const std::string& name) { return f.at(name).to(dtype).clone(); };
+  for (const std::string name : {"x", "conv.weight", "conv.bias", "bn.weight", "bn.bias",
+                                 "fc.weight", "fc.bias"})
+    s.leaves[name] = input(name).requires_grad_();
+  s.running_mean = input("bn.running_mean");
+  s.running_var = input("bn.running_var");
+  const double momentum = std::stod(f.metadata.at("momentum"));
+  const double eps = std::stod(f.metadata.at("eps"));
+  auto& p = s.leaves;
+
+  Tensor h = conv2d(p["x"], p["conv.weight"], p["conv.bias"],
+                    conv2d_params(/*stride=*/{1, 1}, /*padding=*/{1, 1}));  // (4, 6, 12, 12)
+  h = batch_norm(h, s.running_mean, s.running_var, p["bn.weight"], p["bn.bias"],
+                 /*training=*/true, momentum, eps);
+  h = max_pool2d(relu(h), pool2d_params({2, 2}));                          // (4, 6, 6, 6)
+  s.logits = linear(flatten(h, 1), p["fc.weight"], p["fc.bias"]);           // (4, 5)
+  s.loss = cross_entropy(s.logits, f.at("labels"));                         // ()
+  s.loss.backward();
+  return s;
+}
+
+// Compares every result of the step with PyTorch's "<prefix>.*"; returns the largest
+// deviation.
+double compare(const Step& s, const SafetensorsFile& f, const std::string& prefix, double tol,
+               const std::string& run) {
+  double worst = 0;
+  auto check = [&](const Tensor& got, const std::string& name) {
+    const double d = check_close(got, f.at(prefix + "." + name), tol, kFloor, run + ": " + name);
+    MESSAGE(run << ": " << name << " deviates by " << d);
+    worst = std::max(worst, d);
+  };
+  check(s.loss, "loss");
+  check(s.logits, "logits");
+  for (const auto& [name, leaf] : s.leaves) check(leaf.grad(), "grad." + name);
+  check(s.running_mean, "bn.running_mean");
+  check(s.running_var, "bn.running_var");
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the fixture holds a labelled step of PyTorch's in f64 and f32") {
+  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  CHECK(f.at("x").dtype() == DType::f64);
+  CHECK(f.at("labels").dtype() == DType::i64);
+  CHECK(f.at("f64.loss").dtype() == DType::f64);
+  CHECK(f.at("f32.loss").dtype() == DType::f32);
+  const auto params = nlohmann::json::parse(f.metadata.at("params"));
+  for (const auto& name : params) {
+    CHECK(f.tensors.count("f64.grad." + name.get<std::string>()) == 1);
+    CHECK(f.tensors.count("f32.grad." + name.get<std::string>()) == 1);
+  }
+  // How far PyTorch's own f32 step is from its f64 one: the scale of kTolF32 below.
+  double torch_f32 = 0;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("f32.", 0) == 0)
+      torch_f32 = std::max(torch_f32, deviation(t, f.at("f64." + name.substr(4)), kFloor).max_error);
+  MESSAGE("PyTorch's f32 step deviates from its f64 step by at most " << torch_f32);
+  CHECK(torch_f32 < 1e-4);
+}
+
+TEST_CASE("a training step on the cpu kernels in f32 matches PyTorch") {
+  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  const Step s = run_step(f, DType::f32);
+  const double worst = compare(s, f, "f64", 1e-4, "cpu f32 vs PyTorch f64");
+  MESSAGE("cpu f32: largest deviation from PyTorch's f64 step " << worst);
+  // And against PyTorch's own f32 step, which rounds differently but as much.
+  compare(s, f, "f32", 1e-4, "cpu f32 vs PyTorch f32");
+}
+
+TEST_CASE("a training step on the reference kernels in f64 matches PyTorch") {
+  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  ReferenceKernelsGuard reference;
+  const Step s = run_step(f, DType::f64);
+  const double worst = compare(s, f, "f64", 1e-10, "reference f64");
+  MESSAGE("reference f64: largest deviation from PyTorch's f64 step " << worst);
+}
