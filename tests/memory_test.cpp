@@ -38,3 +38,22 @@ TEST_CASE("steady-state training steps allocate no new large blocks") {
   cpu_allocator_release_cache();
   CHECK(cpu_allocator_stats().cached == 0);
 }
+
+TEST_CASE("with caching off every step goes back to the system for its large blocks") {
+  Generator gen(2);
+  std::vector<Tensor> p{randn({16, 8, 3, 3}, &gen).requires_grad_(), zeros({16}).requires_grad_(),
+                        randn({10, 16 * 16 * 16}, &gen).mul_(0.01).requires_grad_()};
+  train_step(p, gen);
+  cpu_allocator_set_caching(false);
+  CHECK_FALSE(cpu_allocator_caching());
+  CHECK(cpu_allocator_stats().cached == 0);  // turning it off released the cache
+  const size_t before = cpu_allocator_stats().large_system_allocs;
+  train_step(p, gen);
+  const size_t per_step = cpu_allocator_stats().large_system_allocs - before;
+  CHECK(per_step > 0);
+  train_step(p, gen);
+  CHECK(cpu_allocator_stats().large_system_allocs - before == 2 * per_step);
+  CHECK(cpu_allocator_stats().cached == 0);
+  cpu_allocator_set_caching(true);
+  CHECK(cpu_allocator_caching());
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -18,6 +19,7 @@ struct Cache {
   std::mutex mutex;
   std::multimap<size_t, void*> free_blocks;  // rounded size -> block
   CpuAllocatorStats stats;
+  bool caching = true;
 };
 
 Cache& cache() {
@@ -46,16 +48,20 @@ void* cpu_allocate(size_t nbytes) {
     std::lock_guard lock(c.mutex);
     c.stats.allocated += size;
     c.stats.peak_allocated = std::max(c.stats.peak_allocated, c.stats.allocated);
-    if (size >= kCacheThreshold) {
-      auto it = c.free_blocks.find(size);
-      if (it != c.free_blocks.end()) {
+    if (size >= kCacheThreshold && c.caching) {
+      // The most recently freed block of this size (equal keys keep insertion order): its
+      // lines are the likeliest to be still in cache. Taking the oldest instead would
+      // rotate a loop through every cached block of the size, each one cold.
+      const auto [first, last] = c.free_blocks.equal_range(size);
+      if (first != last) {
+        const auto it = std::prev(last);
         void* p = it->second;
         c.free_blocks.erase(it);
         c.stats.cached -= size;
         return p;
       }
-      ++c.stats.large_system_allocs;
     }
+    if (size >= kCacheThreshold) ++c.stats.large_system_allocs;
   }
   return system_allocate(size);
 }
@@ -67,7 +73,7 @@ void cpu_deallocate(void* ptr, size_t nbytes) {
   {
     std::lock_guard lock(c.mutex);
     c.stats.allocated -= size;
-    if (size >= kCacheThreshold) {
+    if (size >= kCacheThreshold && c.caching) {
       c.free_blocks.emplace(size, ptr);
       c.stats.cached += size;
       return;
@@ -88,6 +94,19 @@ void cpu_allocator_release_cache() {
   for (auto& [size, p] : c.free_blocks) std::free(p);
   c.free_blocks.clear();
   c.stats.cached = 0;
+}
+
+void cpu_allocator_set_caching(bool on) {
+  {
+    std::lock_guard lock(cache().mutex);
+    cache().caching = on;
+  }
+  if (!on) cpu_allocator_release_cache();
+}
+
+bool cpu_allocator_caching() {
+  std::lock_guard lock(cache().mutex);
+  return cache().caching;
 }
 
 }  // namespace ringflow

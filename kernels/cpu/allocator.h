@@ -18,5 +18,9 @@ struct CpuAllocatorStats {
 };
 CpuAllocatorStats cpu_allocator_stats();
 void cpu_allocator_release_cache();  // give cached blocks back to the system
+// Caching is on by default. Turning it off releases the cache; large blocks then come from
+// and go back to the system on every allocation, as with plain malloc (for A/B benchmarks).
+void cpu_allocator_set_caching(bool on);
+bool cpu_allocator_caching();
 
 }  // namespace ringflow
