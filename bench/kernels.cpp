@@ -1,21 +1,37 @@
 // Kernel microbenchmarks: conv forward / backward-data / backward-weights at the VGG-11
 // CIFAR-10 layer shapes and matmul (VGG-11 classifier and sgemm 2048^3), each through
-// ringflow's cpu_backend() on Views (channels-last activations) and through raw oneDNN
-// (primitive built once, same layouts). Every row is checked once (the two paths must
-// agree) before it is timed; times are medians of --repeat runs after warm-up, and every
-// GFLOP/s is also given as a percent of the machine ceiling measured in the same run
-// (raw oneDNN sgemm 2048^3).
+// ringflow's user-facing op call path and through raw oneDNN (primitive built once, same
+// layouts, same memory). Every GFLOP/s is also given as a percent of the machine ceiling
+// measured in the same run (dnnl_sgemm 2048^3, which beats the matmul primitive there).
 //
-// Adding a path (e.g. the framework's op call) = one more `time_*` function per kernel
-// and one more column in Row.
+// What each row times, per call (the op path's output is checked against raw once):
+//   conv_fwd          op:  y = conv2d(x, w, b) with w, b requiring grad, as in training
+//                          (output allocation and autograd node included).
+//                     raw: convolution_forward (forward_training).
+//   conv_bwd_data     op:  y.backward(dy, retain_graph) on a graph recorded once where only
+//                          x requires grad; x.grad is reset to none before each call (as an
+//                          optimizer's zero_grad(set_to_none)), so the call is the autograd
+//                          pass, the dx allocation and the backward-data kernel, nothing else.
+//                     raw: convolution_backward_data.
+//   conv_bwd_weights  op:  as conv_bwd_data with only w and b requiring grad (dw and db).
+//                     raw: convolution_backward_weights + the reorder of dw to plain OIHW
+//                          (the layout a ringflow weight gradient has).
+//   matmul / linear   op:  matmul(a, b) / linear(x, w) (no bias: the same product as raw).
+//                     raw: matmul primitive, weights read transposed in place for linear.
+// Activations are channels-last (what ringflow allocates conv outputs in on the CPU);
+// weights are plain OIHW and reordered by both paths once, not per call (the weights do
+// not change between calls). The op path releases its previous result before each call,
+// as a training step frees the last step's tensors, so the allocator hands the same block
+// back (raw writes one preallocated buffer). The two paths are timed alternately (one raw
+// call, one op call, ...) so that load from elsewhere hits both alike; times are medians
+// of at least --repeat calls and 300 ms per row.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <functional>
-#include <map>
-#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -23,78 +39,89 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "kernels/backend.h"
+#include "framework/ringflow.h"
 
 namespace {
 
 using namespace ringflow;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
+using Call = std::function<void()>;
 
-// ---------------------------------------------------------------- timing and buffers
+// ---------------------------------------------------------------- timing
 struct Timing {
   int warmup = 3;
-  int repeat = 10;
+  int repeat = 10;       // at least this many timed calls per path
+  double min_ms = 300;   // and at least this much time in them (tiny rows get more calls)
 };
 
-// Median wall time of fn in ms.
-double median_ms(const Timing& t, const std::function<void()>& fn) {
-  for (int i = 0; i < t.warmup; ++i) fn();
-  std::vector<double> ms;
-  for (int i = 0; i < t.repeat; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    const auto b = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(b - a).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+double ms_of(const Call& fn) {
+  const auto a = std::chrono::steady_clock::now();
+  fn();
+  const auto b = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// An f32 host tensor: 64-byte aligned storage and a View on it.
-struct Tensor {
-  std::vector<float> mem;
-  View v;
-};
-
-Tensor tensor(const Shape& shape, bool channels_last, std::mt19937& rng) {
-  Tensor t;
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  t.mem.resize(static_cast<size_t>(n));
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (float& x : t.mem) x = u(rng);
-  t.v.data = t.mem.data();
-  t.v.dtype = DType::f32;
-  t.v.shape = shape;
-  t.v.strides.assign(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) t.v.strides[d] = t.v.strides[d + 1] * shape[d + 1];
-  if (channels_last && shape.size() == 4) {
-    const int64_t C = shape[1], H = shape[2], W = shape[3];
-    t.v.strides = {H * W * C, 1, W * C, C};
-  }
-  return t;
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-// Largest |a - b| / (1 + |b|) over two buffers holding the same memory layout.
-double max_rel_diff(const float* a, const float* b, size_t n) {
-  double m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(double(b[i]))));
-  return m;
+// Median ms of each call; the calls are timed in turn (one of each, again, ...) after
+// warm-up, so that load from elsewhere hits them alike.
+std::vector<double> time_calls(const Timing& t, const std::vector<Call>& calls) {
+  for (int i = 0; i < t.warmup; ++i)
+    for (const Call& c : calls) c();
+  std::vector<std::vector<double>> ms(calls.size());
+  double total = 0;
+  for (int i = 0; i < t.repeat || total < t.min_ms; ++i) {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      ms[k].push_back(ms_of(calls[k]));
+      total += ms[k].back();
+    }
+  }
+  std::vector<double> out;
+  for (auto& v : ms) out.push_back(median(std::move(v)));
+  return out;
 }
 
 // ---------------------------------------------------------------- rows
 struct Row {
   std::string op, shape;
   double gflop = 0;
-  double ringflow_ms = 0, raw_ms = 0;
-  double check = 0;  // max relative difference between the two paths
+  double raw_ms = 0, op_ms = 0;
+  double check = 0;  // max relative difference between the two paths' results
 };
 
-struct ConvShape {
-  int64_t N, C, K, H, W;  // 3x3, stride 1, pad 1
-};
+// (op result, raw result) pairs, read after the timing.
+using Pairs = std::vector<std::pair<Tensor, Tensor>>;
+using Results = std::function<Pairs()>;
 
+// Largest |a - b| / (1 + |b|) over pairs of tensors (compared in logical order).
+double max_rel_diff(const Pairs& pairs) {
+  double m = 0;
+  for (const auto& [a, b] : pairs) {
+    const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+    if (va.size() != vb.size()) return INFINITY;
+    for (size_t i = 0; i < va.size(); ++i)
+      m = std::max(m, std::fabs(double(va[i]) - vb[i]) / (1.0 + std::fabs(double(vb[i]))));
+  }
+  return m;
+}
+
+Row measure(const Timing& t, std::string op, std::string shape, double gflop, const Call& raw,
+            const Call& op_call, const Results& results) {
+  Row r{std::move(op), std::move(shape), gflop};
+  const std::vector<double> ms = time_calls(t, {raw, op_call});
+  r.raw_ms = ms[0];
+  r.op_ms = ms[1];
+  r.check = max_rel_diff(results());
+  return r;
+}
+
+Tensor uniform(const Shape& shape) { return ringflow::rand(shape, nullptr, DType::f32, -1.0, 1.0); }
+
+// ---------------------------------------------------------------- raw oneDNN
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
@@ -104,17 +131,30 @@ dnnl::stream& stream() {
   return s;
 }
 
-// ---------------------------------------------------------------- raw oneDNN paths
+dnnl::memory mem(const dnnl::memory::desc& md, const Tensor& t) {
+  return dnnl::memory(md, engine(), t.raw_data());
+}
+
+// A primitive with its arguments, run on the stream.
+Call run(dnnl::primitive prim, std::unordered_map<int, dnnl::memory> args) {
+  return [prim, args] { prim.execute(stream(), args); };
+}
+
+struct ConvShape {
+  int64_t N, C, K, H, W;  // 3x3, stride 1, pad 1
+};
+
+// The descriptors every raw conv primitive shares, and the forward pd (the backward hint).
 struct RawConv {
-  dnnl::memory::desc x_md, y_md, w_user_md;
+  dnnl::memory::desc x_md, y_md, w_user_md, w_any, b_md;
   dnnl::memory::dims strides{1, 1}, dil{0, 0}, pad{1, 1};
   dnnl::convolution_forward::primitive_desc fwd_pd;
   explicit RawConv(const ConvShape& s)
       : x_md({s.N, s.C, s.H, s.W}, dt::f32, tag::nhwc),
         y_md({s.N, s.K, s.H, s.W}, dt::f32, tag::nhwc),
-        w_user_md({s.K, s.C, 3, 3}, dt::f32, tag::oihw) {
-    dnnl::memory::desc w_any({s.K, s.C, 3, 3}, dt::f32, tag::any);
-    dnnl::memory::desc b_md({s.K}, dt::f32, tag::a);
+        w_user_md({s.K, s.C, 3, 3}, dt::f32, tag::oihw),
+        w_any({s.K, s.C, 3, 3}, dt::f32, tag::any),
+        b_md({s.K}, dt::f32, tag::a) {
     fwd_pd = dnnl::convolution_forward::primitive_desc(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                         x_md, w_any, b_md, y_md, strides, dil, pad, pad),
@@ -122,221 +162,200 @@ struct RawConv {
   }
 };
 
-// Reorders user weights into `want` once; returns the memory to run with.
-dnnl::memory weights_for(const dnnl::memory::desc& want, const dnnl::memory::desc& user_md, void* data) {
-  dnnl::memory user(user_md, engine(), data);
+// User weights reordered into `want` once (outside the timing).
+dnnl::memory weights_for(const dnnl::memory::desc& want, const dnnl::memory::desc& user_md, const Tensor& w) {
+  dnnl::memory user = mem(user_md, w);
   if (want == user_md) return user;
   dnnl::memory m(want, engine());
   dnnl::reorder(user, m).execute(stream(), user, m);
   return m;
 }
 
-double raw_conv_fwd(const Timing& t, const ConvShape& s, Tensor& x, Tensor& w, Tensor& b, Tensor& y) {
-  RawConv rc(s);
-  dnnl::convolution_forward prim(rc.fwd_pd);
-  dnnl::memory wm = weights_for(rc.fwd_pd.weights_desc(), rc.w_user_md, w.v.data);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(rc.x_md, engine(), x.v.data)},
-                                             {DNNL_ARG_WEIGHTS, wm},
-                                             {DNNL_ARG_BIAS, dnnl::memory(rc.fwd_pd.bias_desc(), engine(), b.v.data)},
-                                             {DNNL_ARG_DST, dnnl::memory(rc.y_md, engine(), y.v.data)}};
-  return median_ms(t, [&] { prim.execute(stream(), args); });
+Call raw_conv_fwd(const RawConv& rc, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  return run(dnnl::convolution_forward(rc.fwd_pd),
+             {{DNNL_ARG_SRC, mem(rc.x_md, x)},
+              {DNNL_ARG_WEIGHTS, weights_for(rc.fwd_pd.weights_desc(), rc.w_user_md, w)},
+              {DNNL_ARG_BIAS, mem(rc.b_md, b)},
+              {DNNL_ARG_DST, mem(rc.y_md, y)}});
 }
 
-double raw_conv_bwd_data(const Timing& t, const ConvShape& s, Tensor& dx, Tensor& w, Tensor& dy) {
-  RawConv rc(s);
-  dnnl::memory::desc w_any({s.K, s.C, 3, 3}, dt::f32, tag::any);
+Call raw_conv_bwd_data(const RawConv& rc, const Tensor& dx, const Tensor& w, const Tensor& dy) {
   dnnl::convolution_backward_data::primitive_desc pd(
-      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, rc.x_md, w_any, rc.y_md,
+      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, rc.x_md, rc.w_any, rc.y_md,
                                             rc.strides, rc.dil, rc.pad, rc.pad),
       engine(), rc.fwd_pd);
-  dnnl::convolution_backward_data prim(pd);
-  dnnl::memory wm = weights_for(pd.weights_desc(), rc.w_user_md, w.v.data);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DIFF_DST, dnnl::memory(rc.y_md, engine(), dy.v.data)},
-                                             {DNNL_ARG_WEIGHTS, wm},
-                                             {DNNL_ARG_DIFF_SRC, dnnl::memory(rc.x_md, engine(), dx.v.data)}};
-  return median_ms(t, [&] { prim.execute(stream(), args); });
+  return run(dnnl::convolution_backward_data(pd),
+             {{DNNL_ARG_DIFF_DST, mem(rc.y_md, dy)},
+              {DNNL_ARG_WEIGHTS, weights_for(pd.weights_desc(), rc.w_user_md, w)},
+              {DNNL_ARG_DIFF_SRC, mem(rc.x_md, dx)}});
 }
 
-// dw in plain OIHW at the end, as ringflow delivers it (reorder included when needed).
-double raw_conv_bwd_weights(const Timing& t, const ConvShape& s, Tensor& dw, Tensor& db, Tensor& dy, Tensor& x) {
-  RawConv rc(s);
-  dnnl::memory::desc w_any({s.K, s.C, 3, 3}, dt::f32, tag::any);
-  dnnl::memory::desc b_md({s.K}, dt::f32, tag::a);
+// dw ends in plain OIHW, as ringflow delivers it (reorder included when needed).
+Call raw_conv_bwd_weights(const RawConv& rc, const Tensor& dw, const Tensor& db, const Tensor& dy,
+                          const Tensor& x) {
   dnnl::convolution_backward_weights::primitive_desc pd(
-      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, rc.x_md, w_any, b_md,
+      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, rc.x_md, rc.w_any, rc.b_md,
                                                rc.y_md, rc.strides, rc.dil, rc.pad, rc.pad),
       engine(), rc.fwd_pd);
-  dnnl::convolution_backward_weights prim(pd);
-  dnnl::memory user(rc.w_user_md, engine(), dw.v.data);
+  const dnnl::memory user = mem(rc.w_user_md, dw);
   const bool reorder = pd.diff_weights_desc() != rc.w_user_md;
-  dnnl::memory dwm = reorder ? dnnl::memory(pd.diff_weights_desc(), engine()) : user;
-  dnnl::reorder to_user = reorder ? dnnl::reorder(dwm, user) : dnnl::reorder();
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(rc.x_md, engine(), x.v.data)},
-                                             {DNNL_ARG_DIFF_DST, dnnl::memory(rc.y_md, engine(), dy.v.data)},
-                                             {DNNL_ARG_DIFF_WEIGHTS, dwm},
-                                             {DNNL_ARG_DIFF_BIAS, dnnl::memory(b_md, engine(), db.v.data)}};
-  return median_ms(t, [&] {
-    prim.execute(stream(), args);
-    if (reorder) to_user.execute(stream(), dwm, user);
-  });
+  const dnnl::memory dwm = reorder ? dnnl::memory(pd.diff_weights_desc(), engine()) : user;
+  const Call conv = run(dnnl::convolution_backward_weights(pd), {{DNNL_ARG_SRC, mem(rc.x_md, x)},
+                                                                 {DNNL_ARG_DIFF_DST, mem(rc.y_md, dy)},
+                                                                 {DNNL_ARG_DIFF_WEIGHTS, dwm},
+                                                                 {DNNL_ARG_DIFF_BIAS, mem(rc.b_md, db)}});
+  if (!reorder) return conv;
+  const Call to_user = run(dnnl::reorder(dwm, user), {{DNNL_ARG_FROM, dwm}, {DNNL_ARG_TO, user}});
+  return [conv, to_user] { conv(), to_user(); };
 }
 
-// out (M, N) = a (M, K) @ b (K, N), b given as its transpose (N, K) when b_t.
-double raw_matmul(const Timing& t, int64_t M, int64_t K, int64_t N, bool b_t, Tensor& a, Tensor& b, Tensor& out) {
+// The machine ceiling: GFLOP/s of oneDNN's sgemm on 2048^3 (row-major, no transposes).
+double sgemm_ceiling(const Timing& t) {
+  const int64_t n = 2048;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  const Call sgemm = [&] { dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); };
+  return 2.0 * n * n * n / 1e9 / (time_calls(t, {sgemm})[0] / 1e3);
+}
+
+// out (M, N) = a (M, K) @ b (K, N); b_t: b is the transpose of a row-major (N, K) weight.
+Call raw_matmul(const Tensor& a, const Tensor& b, bool b_t, const Tensor& out) {
+  const int64_t M = a.size(0), K = a.size(1), N = out.size(1);
   dnnl::memory::desc a_md({M, K}, dt::f32, tag::ab), o_md({M, N}, dt::f32, tag::ab);
   dnnl::memory::desc b_md({K, N}, dt::f32, b_t ? tag::ba : tag::ab);
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, o_md), engine());
-  dnnl::matmul prim(pd);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, engine(), a.v.data)},
-                                             {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, engine(), b.v.data)},
-                                             {DNNL_ARG_DST, dnnl::memory(o_md, engine(), out.v.data)}};
-  return median_ms(t, [&] { prim.execute(stream(), args); });
+  return run(dnnl::matmul(pd), {{DNNL_ARG_SRC, mem(a_md, a)}, {DNNL_ARG_WEIGHTS, mem(b_md, b)}, {DNNL_ARG_DST, mem(o_md, out)}});
 }
 
-// ---------------------------------------------------------------- ringflow paths
-Conv2dParams vgg_params() {
-  Conv2dParams p;
-  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
-  return p;
+// ---------------------------------------------------------------- ringflow op path
+// One backward pass from y (graph kept) with the leaves' .grad reset to none first.
+Call op_backward(const Tensor& y, const Tensor& dy, const std::vector<Tensor>& leaves) {
+  return [=] {
+    for (const Tensor& l : leaves) l.set_grad(Tensor());
+    y.backward(dy, /*retain_graph=*/true);
+  };
 }
 
-double ringflow_conv_fwd(const Timing& t, Tensor& x, Tensor& w, Tensor& b, Tensor& y) {
-  const Backend& be = cpu_backend();
-  const Conv2dParams p = vgg_params();
-  return median_ms(t, [&] { be.conv2d_forward(y.v, x.v, w.v, &b.v, p); });
-}
-
-double ringflow_conv_bwd_data(const Timing& t, Tensor& dx, Tensor& w, Tensor& dy) {
-  const Backend& be = cpu_backend();
-  const Conv2dParams p = vgg_params();
-  return median_ms(t, [&] { be.conv2d_backward_data(dx.v, dy.v, w.v, p); });
-}
-
-double ringflow_conv_bwd_weights(const Timing& t, Tensor& dw, Tensor& db, Tensor& dy, Tensor& x) {
-  const Backend& be = cpu_backend();
-  const Conv2dParams p = vgg_params();
-  return median_ms(t, [&] { be.conv2d_backward_weights(dw.v, &db.v, dy.v, x.v, p); });
-}
-
-double ringflow_matmul(const Timing& t, Tensor& a, Tensor& b, Tensor& out) {
-  const Backend& be = cpu_backend();
-  return median_ms(t, [&] { be.matmul(out.v, a.v, b.v); });
-}
-
-// ---------------------------------------------------------------- rows per kernel
-// Weights get a storage identity so ringflow's weight cache applies, as in training.
-// The identity must be unique for the process: a freed buffer's address comes back for
-// the next layer's weights, and (address, version) alone would then hit stale weights.
-void set_identity(Tensor& w) {
-  static char ids[4096];
-  static int next = 0;
-  w.v.storage_id = &ids[next++ % 4096];
-  w.v.version = 1;
-}
+// x (N, C, H, W) channels-last, w (K, C, 3, 3), b (K): requires_grad set per row.
+struct ConvInputs {
+  Tensor x, w, b, dy;
+  explicit ConvInputs(const ConvShape& s)
+      : x(uniform({s.N, s.C, s.H, s.W}).channels_last()),
+        w(uniform({s.K, s.C, 3, 3})),
+        b(uniform({s.K})),
+        dy(uniform({s.N, s.K, s.H, s.W}).channels_last()) {}
+  // Fresh leaves on the same memory, with requires_grad as given.
+  ConvInputs leaves(bool rx, bool rw) const {
+    ConvInputs c = *this;
+    c.x = x.detach().requires_grad_(rx);
+    c.w = w.detach().requires_grad_(rw);
+    c.b = b.detach().requires_grad_(rw);
+    return c;
+  }
+};
 
 std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
-  std::mt19937 rng(42);
   const std::string shape = fmt::format("N{} {}->{} {}x{} 3x3", s.N, s.C, s.K, s.H, s.W);
   const double gflop = 2.0 * s.N * s.K * s.H * s.W * s.C * 9 / 1e9;
-  Tensor x = tensor({s.N, s.C, s.H, s.W}, true, rng), w = tensor({s.K, s.C, 3, 3}, false, rng);
-  Tensor b = tensor({s.K}, false, rng), dy = tensor({s.N, s.K, s.H, s.W}, true, rng);
-  set_identity(w);
-  Tensor y1 = tensor({s.N, s.K, s.H, s.W}, true, rng), y2 = y1;
-  y2.v.data = y2.mem.data();
+  const Conv2dParams p = conv2d_params({1, 1}, {1, 1});
+  const RawConv rc(s);
+  const ConvInputs in(s);
   std::vector<Row> rows;
 
-  Row fwd{"conv_fwd", shape, gflop};
-  fwd.ringflow_ms = ringflow_conv_fwd(t, x, w, b, y1);
-  fwd.raw_ms = raw_conv_fwd(t, s, x, w, b, y2);
-  fwd.check = max_rel_diff(y1.mem.data(), y2.mem.data(), y1.mem.size());
-  rows.push_back(fwd);
-
-  Tensor dx1 = tensor({s.N, s.C, s.H, s.W}, true, rng), dx2 = dx1;
-  dx2.v.data = dx2.mem.data();
-  Row bwd_data{"conv_bwd_data", shape, gflop};
-  bwd_data.ringflow_ms = ringflow_conv_bwd_data(t, dx1, w, dy);
-  bwd_data.raw_ms = raw_conv_bwd_data(t, s, dx2, w, dy);
-  bwd_data.check = max_rel_diff(dx1.mem.data(), dx2.mem.data(), dx1.mem.size());
-  if (s.C >= 16) rows.push_back(bwd_data);  // the first layer needs no dx
-
-  Tensor dw1 = tensor({s.K, s.C, 3, 3}, false, rng), dw2 = dw1, db1 = tensor({s.K}, false, rng), db2 = db1;
-  dw2.v.data = dw2.mem.data();
-  db2.v.data = db2.mem.data();
-  Row bwd_w{"conv_bwd_weights", shape, gflop};
-  bwd_w.ringflow_ms = ringflow_conv_bwd_weights(t, dw1, db1, dy, x);
-  bwd_w.raw_ms = raw_conv_bwd_weights(t, s, dw2, db2, dy, x);
-  bwd_w.check = std::max(max_rel_diff(dw1.mem.data(), dw2.mem.data(), dw1.mem.size()),
-                         max_rel_diff(db1.mem.data(), db2.mem.data(), db1.mem.size()));
-  rows.push_back(bwd_w);
+  {  // forward, as in training (w and b require grad)
+    const ConvInputs c = in.leaves(false, true);
+    const Tensor y_raw = empty_channels_last({s.N, s.K, s.H, s.W});
+    Tensor y_op;
+    rows.push_back(measure(t, "conv_fwd", shape, gflop, raw_conv_fwd(rc, c.x, c.w, c.b, y_raw),
+                           [&] { y_op = {}, y_op = conv2d(c.x, c.w, c.b, p); }, [&] { return Pairs{{y_op, y_raw}}; }));
+  }
+  if (s.C >= 16) {  // the first layer needs no dx
+    const ConvInputs c = in.leaves(true, false);
+    const Tensor y = conv2d(c.x, c.w, c.b, p), dx_raw = empty_channels_last(c.x.shape());
+    rows.push_back(measure(t, "conv_bwd_data", shape, gflop, raw_conv_bwd_data(rc, dx_raw, c.w, c.dy),
+                           op_backward(y, c.dy, {c.x}), [&] { return Pairs{{c.x.grad(), dx_raw}}; }));
+  }
+  {
+    const ConvInputs c = in.leaves(false, true);
+    const Tensor y = conv2d(c.x, c.w, c.b, p), dw_raw = empty(c.w.shape()), db_raw = empty(c.b.shape());
+    rows.push_back(measure(t, "conv_bwd_weights", shape, gflop,
+                           raw_conv_bwd_weights(rc, dw_raw, db_raw, c.dy, c.x), op_backward(y, c.dy, {c.w, c.b}),
+                           [&] { return Pairs{{c.w.grad(), dw_raw}, {c.b.grad(), db_raw}}; }));
+  }
   return rows;
 }
 
-// out (1, M, N) = a (1, M, K) @ b; b_t: b is the transpose of a contiguous (N, K) weight.
-Row matmul_row(const Timing& t, const std::string& name, int64_t M, int64_t K, int64_t N, bool b_t) {
-  std::mt19937 rng(7);
-  Tensor a = tensor({1, M, K}, false, rng), b = tensor({1, K, N}, false, rng);
-  if (b_t) b.v.strides = {K * N, 1, K};
-  Tensor o1 = tensor({1, M, N}, false, rng), o2 = o1;
-  o2.v.data = o2.mem.data();
-  Row r{name, fmt::format("{}x{}x{}{}", M, K, N, b_t ? " b^T" : ""), 2.0 * M * K * N / 1e9};
-  r.ringflow_ms = ringflow_matmul(t, a, b, o1);
-  r.raw_ms = raw_matmul(t, M, K, N, b_t, a, b, o2);
-  r.check = max_rel_diff(o1.mem.data(), o2.mem.data(), o1.mem.size());
-  return r;
+// matmul: matmul(a (M, K), b (K, N)). linear: linear(x (M, K), w (N, K)), i.e. x @ w^T.
+Row matmul_row(const Timing& t, const std::string& name, int64_t M, int64_t K, int64_t N, bool is_linear) {
+  const Tensor a = uniform({M, K}), b = uniform(is_linear ? Shape{N, K} : Shape{K, N});
+  const Tensor out_raw = empty({M, N});
+  Tensor out_op;
+  const Call op = is_linear ? Call([&] { out_op = {}, out_op = linear(a, b); })
+                          : Call([&] { out_op = {}, out_op = matmul(a, b); });
+  return measure(t, name, fmt::format("{}x{}x{}{}", M, K, N, is_linear ? " b^T" : ""), 2.0 * M * K * N / 1e9,
+                 raw_matmul(a, b, is_linear, out_raw), op, [&] { return Pairs{{out_op, out_raw}}; });
+}
+
+// ---------------------------------------------------------------- output
+void print_table(const std::vector<Row>& rows, double ceiling) {
+  fmt::print("threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s\n", num_threads(), ceiling);
+  fmt::print("{:<17} {:<22} {:>9} {:>8} {:>6} {:>9} {:>8} {:>6} {:>6} {:>8}\n", "op", "shape", "raw ms", "GFLOP/s",
+             "%ceil", "op ms", "GFLOP/s", "%ceil", "op/raw", "check");
+  for (const Row& r : rows) {
+    const double g_raw = r.gflop / (r.raw_ms / 1e3), g_op = r.gflop / (r.op_ms / 1e3);
+    fmt::print("{:<17} {:<22} {:>9.3f} {:>8.1f} {:>5.0f}% {:>9.3f} {:>8.1f} {:>5.0f}% {:>6.3f} {:>8.1e}{}\n", r.op,
+               r.shape, r.raw_ms, g_raw, 100 * g_raw / ceiling, r.op_ms, g_op, 100 * g_op / ceiling,
+               r.op_ms / r.raw_ms, r.check, r.check < 1e-3 ? "" : "  MISMATCH");
+  }
+}
+
+void print_json(const std::vector<Row>& rows, double ceiling) {
+  for (const Row& r : rows) {
+    const double g_raw = r.gflop / (r.raw_ms / 1e3), g_op = r.gflop / (r.op_ms / 1e3);
+    const nlohmann::json j{{"op", r.op},
+                           {"shape", r.shape},
+                           {"gflop", r.gflop},
+                           {"threads", num_threads()},
+                           {"ceiling_gflops", ceiling},
+                           {"raw_onednn_ms", r.raw_ms},
+                           {"raw_onednn_gflops", g_raw},
+                           {"raw_onednn_pct_ceiling", 100 * g_raw / ceiling},
+                           {"op_ms", r.op_ms},
+                           {"op_gflops", g_op},
+                           {"op_pct_ceiling", 100 * g_op / ceiling},
+                           {"ratio_op_over_raw", r.op_ms / r.raw_ms},
+                           {"max_rel_diff", r.check}};
+    fmt::print("{}\n", j.dump());
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ringflow kernel benchmarks: cpu_backend() vs raw oneDNN"};
+  CLI::App app{"ringflow kernel benchmarks: ringflow's op call path vs raw oneDNN"};
   int threads = 0;
   std::vector<int64_t> batches{64, 256};
   Timing timing;
   bool json = false;
   app.add_option("--threads", threads, "threads (default: all cores)");
   app.add_option("--batch", batches, "batch sizes for the conv and classifier rows")->expected(1, -1);
-  app.add_option("--repeat", timing.repeat, "timed repeats per row (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", timing.repeat, "least timed calls per row and path (median reported)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) set_num_threads(threads);
 
-  // Ceiling first: raw oneDNN sgemm 2048^3.
-  std::vector<Row> rows;
-  rows.push_back(matmul_row(timing, "sgemm", 2048, 2048, 2048, false));
-  const double ceiling = rows[0].gflop / (rows[0].raw_ms / 1e3);
+  const double ceiling = sgemm_ceiling(timing);
+  std::vector<Row> rows{matmul_row(timing, "matmul", 2048, 2048, 2048, false)};
 
   const std::vector<std::array<int64_t, 3>> vgg = {{3, 64, 32},  {64, 128, 16}, {128, 256, 8}, {256, 256, 8},
                                                    {256, 512, 4}, {512, 512, 4}, {512, 512, 2}};
   for (int64_t N : batches) {
-    for (auto& l : vgg) {
-      for (Row& r : conv_rows(timing, {N, l[0], l[1], l[2], l[2]})) rows.push_back(r);
-    }
+    for (const auto& [C, K, HW] : vgg)
+      for (Row& r : conv_rows(timing, {N, C, K, HW, HW})) rows.push_back(std::move(r));
     rows.push_back(matmul_row(timing, "linear", N, 512, 512, true));
     rows.push_back(matmul_row(timing, "linear", N, 512, 10, true));
   }
 
-  int bad = 0;
-  if (!json) {
-    fmt::print("threads {}  ceiling (raw oneDNN sgemm 2048^3) {:.0f} GFLOP/s\n", num_threads(), ceiling);
-    fmt::print("{:<17} {:<26} {:>10} {:>9} {:>10} {:>9} {:>7} {:>7} {:>9}\n", "op", "shape", "ringflow ms",
-               "GFLOP/s", "oneDNN ms", "GFLOP/s", "%ceil", "rf/raw", "check");
-  }
-  for (const Row& r : rows) {
-    const double g1 = r.gflop / (r.ringflow_ms / 1e3), g2 = r.gflop / (r.raw_ms / 1e3);
-    const bool ok = r.check < 1e-3;
-    bad += !ok;
-    if (json) {
-      nlohmann::json j{{"op", r.op},           {"shape", r.shape},       {"gflop", r.gflop},
-                       {"threads", num_threads()}, {"ringflow_ms", r.ringflow_ms}, {"ringflow_gflops", g1},
-                       {"raw_onednn_ms", r.raw_ms}, {"raw_onednn_gflops", g2}, {"ceiling_gflops", ceiling},
-                       {"ringflow_pct_ceiling", 100 * g1 / ceiling}, {"ratio_ringflow_over_raw", r.ringflow_ms / r.raw_ms},
-                       {"max_rel_diff", r.check}};
-      fmt::print("{}\n", j.dump());
-    } else {
-      fmt::print("{:<17} {:<26} {:>10.3f} {:>9.1f} {:>10.3f} {:>9.1f} {:>6.0f}% {:>7.3f} {:>9.1e}{}\n", r.op, r.shape,
-                 r.ringflow_ms, g1, r.raw_ms, g2, 100 * g1 / ceiling, r.ringflow_ms / r.raw_ms, r.check,
-                 ok ? "" : "  MISMATCH");
-    }
-  }
-  return bad ? 1 : 0;
+  json ? print_json(rows, ceiling) : print_table(rows, ceiling);
+  return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.check < 1e-3; }) ? 0 : 1;
 }
