@@ -10,3 +10,4 @@
 #include "kernels/cuda_devices.h"
 
 #include "framework/serialize.h"
+#include "framework/nn/nn.h"

@@ -1,0 +1,14 @@
+// Activation layers (no parameters).
+#pragma once
+
+#include "framework/nn/module.h"
+
+namespace ringflow::nn {
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
+}  // namespace ringflow::nn
