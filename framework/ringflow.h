@@ -10,4 +10,6 @@
 #include "kernels/cuda_devices.h"
 
 #include "framework/serialize.h"
+#include "framework/data/data.h"
 #include "framework/nn/nn.h"
+#include "framework/optim/optim.h"

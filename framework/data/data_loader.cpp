@@ -1,0 +1,191 @@
+#include "framework/data/data_loader.h"
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "framework/ops.h"
+#include "framework/random.h"
+
+namespace ringflow::data {
+namespace {
+
+uint64_t mix(uint64_t z) {  // SplitMix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The seed of the transforms of the example at `position` of epoch `epoch`.
+uint64_t example_seed(uint64_t seed, int64_t epoch, int64_t position) {
+  return mix(mix(seed ^ 0x7f4a7c159e3779b9ull) + static_cast<uint64_t>(epoch)) +
+         static_cast<uint64_t>(position);
+}
+
+}  // namespace
+
+struct DataLoader::Run {
+  const DataLoader* loader;
+  int64_t epoch;
+  std::vector<int64_t> order;
+  int64_t num_batches;
+  int64_t depth;
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool stopping = false;
+  int64_t next_to_build = 0;  // guarded by mutex
+  int64_t next_to_take = 0;   // guarded by mutex
+  struct Result {
+    Batch batch;
+    std::exception_ptr error;
+  };
+  std::map<int64_t, Result> ready;  // built, not yet taken
+  std::vector<std::thread> workers;
+
+  void work() {
+    for (;;) {
+      int64_t k;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] {
+          return stopping || next_to_build >= num_batches || next_to_build < next_to_take + depth;
+        });
+        if (stopping || next_to_build >= num_batches) return;
+        k = next_to_build++;
+      }
+      Result result;
+      try {
+        result.batch = loader->build_batch(order, epoch, k);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex);
+        ready.emplace(k, std::move(result));
+      }
+      changed.notify_all();
+    }
+  }
+
+  ~Run() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    changed.notify_all();
+    for (std::thread& t : workers) t.join();
+  }
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
+    : dataset_(std::move(dataset)), options_(std::move(options)) {
+  RF_CHECK(dataset_ != nullptr, "DataLoader: null dataset");
+  RF_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be positive, got ", options_.batch_size);
+  RF_CHECK(options_.num_workers >= 0, "DataLoader: negative num_workers ", options_.num_workers);
+  RF_CHECK(options_.prefetch_batches >= 1, "DataLoader: prefetch_batches must be positive, got ",
+           options_.prefetch_batches);
+  for (const auto& t : options_.transforms) RF_CHECK(t != nullptr, "DataLoader: null transform");
+  sampler_ = options_.sampler;
+  if (!sampler_) {
+    if (options_.shuffle) sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+    else sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
+  }
+}
+
+DataLoader::~DataLoader() { stop(); }
+
+void DataLoader::stop() { run_.reset(); }
+
+int64_t DataLoader::epoch_size() const { return sampler_->size(); }
+
+int64_t DataLoader::num_batches() const {
+  const int64_t n = epoch_size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+Batch DataLoader::build_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t k) const {
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t begin = k * options_.batch_size;
+  const int64_t count = std::min(options_.batch_size, n - begin);
+  RF_CHECK(begin >= 0 && count > 0, "DataLoader: batch ", k, " outside the epoch");
+  const Shape shape = dataset_->image_shape();
+  const int64_t numel = shape_numel(shape);
+  Shape batch_shape{count};
+  batch_shape.insert(batch_shape.end(), shape.begin(), shape.end());
+  Batch batch;
+  batch.index = k;
+  batch.images = empty(batch_shape, DType::f32);
+  batch.labels = empty({count}, DType::i64);
+  float* images = batch.images.data<float>();
+  int64_t* labels = batch.labels.data<int64_t>();
+  const int64_t size = dataset_->size(), classes = dataset_->num_classes();
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t position = begin + j;
+    const int64_t i = order[static_cast<size_t>(position)];
+    RF_CHECK(i >= 0 && i < size, "DataLoader: sampler index ", i, " outside the data set of ", size, " examples");
+    float* image = images + j * numel;
+    const int64_t label = dataset_->read(i, image);
+    RF_CHECK(label >= 0 && label < classes, "DataLoader: example ", i, " has label ", label,
+             ", outside [0, ", classes, ")");
+    labels[j] = label;
+    if (!options_.transforms.empty()) {
+      Generator gen(example_seed(options_.seed, epoch, position));
+      for (const auto& t : options_.transforms) t->apply(image, shape, gen);
+    }
+  }
+  return batch;
+}
+
+void DataLoader::start_epoch(int64_t epoch) {
+  stop();
+  auto run = std::make_unique<Run>();
+  run->loader = this;
+  run->epoch = epoch;
+  run->order = sampler_->indices(epoch);
+  const int64_t n = static_cast<int64_t>(run->order.size()), b = options_.batch_size;
+  RF_CHECK(n == sampler_->size(), "DataLoader: the sampler gave ", n, " indices for epoch ", epoch,
+           ", its size() says ", sampler_->size());
+  run->num_batches = options_.drop_last ? n / b : (n + b - 1) / b;
+  run->depth = std::max<int64_t>(options_.prefetch_batches, options_.num_workers);
+  run_ = std::move(run);
+  for (int w = 0; w < options_.num_workers; ++w) run_->workers.emplace_back([r = run_.get()] { r->work(); });
+}
+
+bool DataLoader::next(Batch& batch) {
+  if (!run_) return false;
+  Run& r = *run_;
+  if (options_.num_workers == 0) {
+    if (r.next_to_take >= r.num_batches) return false;
+    batch = build_batch(r.order, r.epoch, r.next_to_take++);
+    return true;
+  }
+  Run::Result result;
+  {
+    std::unique_lock lock(r.mutex);
+    if (r.next_to_take >= r.num_batches) return false;
+    r.changed.wait(lock, [&] { return r.ready.count(r.next_to_take) > 0; });
+    auto it = r.ready.find(r.next_to_take);
+    result = std::move(it->second);
+    r.ready.erase(it);
+    ++r.next_to_take;
+  }
+  r.changed.notify_all();
+  if (result.error) {
+    stop();  // the epoch cannot go on past a failed batch
+    std::rethrow_exception(result.error);
+  }
+  batch = std::move(result.batch);
+  return true;
+}
+
+DataLoader::Iterator DataLoader::EpochRange::begin() { return Iterator(loader); }
+
+DataLoader::EpochRange DataLoader::epoch(int64_t e) {
+  start_epoch(e);
+  return EpochRange{this};
+}
+
+}  // namespace ringflow::data

@@ -1,0 +1,100 @@
+// DataLoader: batches of a Dataset in a seeded order, built ahead of the consumer by worker
+// threads so that loading overlaps compute.
+//
+// Determinism: an epoch's batches depend only on (dataset, options, epoch): the order comes
+// from the sampler (default: a permutation seeded by seed + epoch, or 0..n-1 without
+// shuffle), and each example's random transforms from a Generator seeded by (seed, epoch,
+// position in the epoch). The number of workers and the prefetch depth change timing only.
+//
+// Threading: start_epoch() starts num_workers threads that build batches in order of need,
+// at most prefetch_batches ahead of the one the caller takes next; next() returns them in
+// order. A worker's exception is rethrown by next() for the batch it was building. Starting
+// another epoch or destroying the loader stops and joins the workers (a batch being built is
+// finished and dropped). One consumer thread: next()/start_epoch() are not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "framework/data/dataset.h"
+#include "framework/data/sampler.h"
+#include "framework/data/transforms.h"
+
+namespace ringflow::data {
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;       // used when no sampler is given
+  bool drop_last = false;    // drop a last batch smaller than batch_size
+  uint64_t seed = 0;         // shuffle order and random transforms
+  int num_workers = 1;       // batch-building threads; 0 builds each batch inside next()
+  int prefetch_batches = 2;  // batches built ahead of the consumer (at least num_workers)
+  std::vector<std::shared_ptr<const Transform>> transforms = {};  // applied in order per example
+  std::shared_ptr<const Sampler> sampler = nullptr;  // e.g. a DistributedSampler; overrides shuffle
+};
+
+struct Batch {
+  Tensor images;      // (B, C, H, W) f32, contiguous
+  Tensor labels;      // (B) i64
+  int64_t index = 0;  // batch number within the epoch
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Examples per epoch (the sampler's count) and batches per epoch.
+  int64_t epoch_size() const;
+  int64_t num_batches() const;
+  const Dataset& dataset() const { return *dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
+
+  // Starts epoch `epoch`, dropping what is left of the previous one.
+  void start_epoch(int64_t epoch);
+  // Fills `batch` with the next batch of the current epoch; false when the epoch is over
+  // (or none was started). Rethrows a worker's exception.
+  bool next(Batch& batch);
+
+  // Range-for over one epoch: for (const Batch& b : loader.epoch(3)) { ... }
+  class Iterator;
+  struct EpochRange {
+    DataLoader* loader;
+    Iterator begin();
+    std::nullptr_t end() { return nullptr; }
+  };
+  EpochRange epoch(int64_t epoch);
+
+  class Iterator {
+   public:
+    explicit Iterator(DataLoader* loader) : loader_(loader) { ++*this; }
+    const Batch& operator*() const { return batch_; }
+    const Batch* operator->() const { return &batch_; }
+    Iterator& operator++() {
+      if (loader_ && !loader_->next(batch_)) loader_ = nullptr;
+      return *this;
+    }
+    bool operator!=(std::nullptr_t) const { return loader_ != nullptr; }
+
+   private:
+    DataLoader* loader_;
+    Batch batch_;
+  };
+
+  // Builds batch k of `order` for `epoch` in the caller's thread (what each worker runs).
+  Batch build_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t k) const;
+
+ private:
+  struct Run;  // one epoch's shared state and worker threads
+  void stop();
+
+  std::shared_ptr<const Dataset> dataset_;
+  DataLoaderOptions options_;
+  std::shared_ptr<const Sampler> sampler_;
+  std::unique_ptr<Run> run_;
+};
+
+}  // namespace ringflow::data

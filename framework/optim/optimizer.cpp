@@ -1,0 +1,109 @@
+#include "framework/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "framework/autograd.h"
+#include "framework/ops.h"
+
+namespace ringflow::optim {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr)
+    : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+  RF_CHECK(std::isfinite(lr) && lr >= 0, "optimizer: invalid learning rate ", lr);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    RF_CHECK(params_[i].defined(), "optimizer: parameter ", i, " is an undefined tensor");
+    RF_CHECK(params_[i].is_leaf(), "optimizer: parameter ", i,
+             " is not a leaf tensor (pass the module's parameters, not results of ops)");
+    for (size_t j = 0; j < i; ++j)
+      RF_CHECK(params_[j].impl() != params_[i].impl(), "optimizer: parameter ", i,
+               " is the same tensor as parameter ", j);
+  }
+}
+
+void Optimizer::set_lr(double lr) {
+  RF_CHECK(std::isfinite(lr) && lr >= 0, "optimizer: invalid learning rate ", lr);
+  lr_ = lr;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) p.set_grad(Tensor());
+    else Tensor(g).zero_();
+  }
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (const auto& [key, t] : state_[i]) out["state." + std::to_string(i) + "." + key] = t;
+  out["lr"] = scalar_tensor(lr_, DType::f64);
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  const std::vector<std::string> keys = state_keys();
+  std::vector<std::map<std::string, Tensor>> loaded(params_.size());
+  double lr = lr_;
+  for (const auto& [name, t] : state) {
+    RF_CHECK(t.defined(), "optimizer state '", name, "': undefined tensor");
+    if (name == "lr") {
+      RF_CHECK(t.numel() == 1, "optimizer state 'lr': expected one value, got shape ",
+               shape_str(t.shape()));
+      lr = t.item();
+      continue;
+    }
+    const size_t dot = name.find('.', 6);
+    RF_CHECK(name.starts_with("state.") && dot != std::string::npos && dot > 6,
+             "optimizer state '", name, "': unexpected entry (expected 'lr' or "
+             "'state.<param index>.<key>')");
+    const std::string index_text = name.substr(6, dot - 6);
+    const std::string key = name.substr(dot + 1);
+    RF_CHECK(std::all_of(index_text.begin(), index_text.end(), ::isdigit) && index_text.size() < 10,
+             "optimizer state '", name, "': '", index_text, "' is not a parameter index");
+    const size_t i = std::stoul(index_text);
+    RF_CHECK(i < params_.size(), "optimizer state '", name, "': parameter index ", i,
+             " out of range (this optimizer has ", params_.size(), " parameters)");
+    RF_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), "optimizer state '", name,
+             "': unknown key '", key, "' for this optimizer");
+    const Tensor& p = params_[i];
+    if (key == "step") {
+      RF_CHECK(t.numel() == 1, "optimizer state '", name, "': expected one value, got shape ",
+               shape_str(t.shape()));
+      loaded[i][key] = scalar_tensor(t.item(), DType::f64);
+    } else {
+      RF_CHECK(t.shape() == p.shape(), "optimizer state '", name, "': shape ",
+               shape_str(t.shape()), " but parameter ", i, " has shape ", shape_str(p.shape()));
+      Tensor copy = empty_like(p);
+      NoGradGuard no_grad;
+      copy.copy_(t);
+      loaded[i][key] = copy;
+    }
+  }
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    if (loaded[i].empty()) continue;
+    for (const std::string& key : keys)
+      RF_CHECK(loaded[i].count(key), "optimizer state: parameter ", i, " has some entries but not 'state.",
+               i, ".", key, "'");
+  }
+  state_ = std::move(loaded);
+  lr_ = lr;
+}
+
+bool same_dense_cpu_layout(const std::vector<Tensor>& tensors) {
+  const Tensor& first = tensors.front();
+  if (!first.defined() || !first.device().is_cpu()) return false;
+  if (first.dtype() != DType::f32 && first.dtype() != DType::f64) return false;
+  if (!first.is_contiguous() && !first.is_channels_last()) return false;
+  for (const Tensor& t : tensors)
+    if (!t.defined() || !t.device().is_cpu() || t.dtype() != first.dtype() ||
+        t.shape() != first.shape() || t.strides() != first.strides())
+      return false;
+  return true;
+}
+
+}  // namespace ringflow::optim

@@ -1,0 +1,65 @@
+// Optimizer: the base of SGD, Adam and AdamW. It holds one group of parameters (leaf
+// tensors), one learning rate that schedules read and set (lr_schedule.h), and per-parameter
+// state (momentum buffers, Adam moments) as named tensors, so that a checkpoint can save
+// and restore it with the model (state_dict / load_state_dict).
+//
+// step() runs under NoGradGuard with in-place updates: on CPU tensors of f32/f64 that share
+// one dense layout with their gradient and state, a fused loop per parameter (no
+// temporaries); elsewhere the same rule composed of tensor ops (any device).
+// Parameters whose .grad is undefined are skipped, as in PyTorch.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace ringflow::optim {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient.
+  virtual void step() = 0;
+
+  // set_to_none = true (PyTorch 2's default; 1.13's was false) drops every .grad, so that
+  // the next backward writes a fresh gradient instead of adding into zeros; false fills
+  // the existing gradients with zeros.
+  void zero_grad(bool set_to_none = true);
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // State as named tensors: "state.<param index>.<key>" (keys from state_keys(), e.g.
+  // "momentum_buffer", "exp_avg", "exp_avg_sq", "step") and "lr" (0-d f64). Tensors alias
+  // the live state; save or clone them. Parameters without state yet (before their first
+  // step) have no entries.
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies the entries into this optimizer's state (converted to each parameter's dtype
+  // and device). Throws std::invalid_argument naming the entry on an unknown or malformed
+  // name, a parameter index out of range, a shape that differs from the parameter's, or a
+  // parameter whose state is only partly given.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // The names of one parameter's state entries ("step" is a 0-d f64 tensor on the cpu,
+  // every other entry has the parameter's shape, dtype and device).
+  virtual std::vector<std::string> state_keys() const = 0;
+
+ protected:
+  // state_[i]: parameter i's entries, empty until its first step.
+  std::vector<Tensor> params_;
+  std::vector<std::map<std::string, Tensor>> state_;
+  double lr_;
+};
+
+// True when the fused CPU loop applies: every tensor is a defined f32/f64 cpu tensor of the
+// first one's dtype, shape and strides, and dense (contiguous or channels-last).
+bool same_dense_cpu_layout(const std::vector<Tensor>& tensors);
+
+}  // namespace ringflow::optim
