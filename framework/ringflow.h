@@ -13,3 +13,4 @@
 #include "framework/data/data.h"
 #include "framework/nn/nn.h"
 #include "framework/optim/optim.h"
+#include "framework/checkpoint.h"

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +87,13 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   if (::fsync(fd) != 0 || ::close(fd) != 0) fail(tmp, std::string("fsync/close failed: ") + std::strerror(errno));
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     fail(path, std::string("rename from ") + tmp + " failed: " + std::strerror(errno));
+  // The rename itself is durable only once the directory is synced.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

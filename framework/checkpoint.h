@@ -1,0 +1,37 @@
+// Training checkpoints: a model's state, its optimizer's state, the position in training
+// and the default generator's state in one safetensors file (readable by any safetensors
+// tool: "model.<key>" and "optimizer.<key>" tensors, the rest as string metadata).
+// Written atomically (temporary file, fsync, rename): a crash mid-write leaves the previous
+// checkpoint intact.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "framework/nn/module.h"
+#include "framework/optim/optimizer.h"
+
+namespace ringflow {
+
+struct TrainingPosition {
+  int64_t epoch = 0;      // epochs completed
+  int64_t iteration = 0;  // optimizer steps taken in all
+};
+
+// `info`: free-form strings kept with the checkpoint (model name, data set) so that a resume
+// can check it continues the same run.
+void save_checkpoint(const std::string& path, const nn::Module& model,
+                     const optim::Optimizer& optimizer, const TrainingPosition& position,
+                     const std::map<std::string, std::string>& info = {});
+
+struct Checkpoint {
+  TrainingPosition position;
+  std::map<std::string, std::string> info;
+};
+
+// Loads into model and optimizer (strictly: every key must match, errors name the file and
+// the keys) and restores the default generator. Throws naming the file on any problem.
+Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& optimizer);
+
+}  // namespace ringflow
