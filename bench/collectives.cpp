@@ -1,0 +1,283 @@
+// Allreduce benchmark in the nccl-tests convention: for each message size (4 B to 256 MB
+// by default) and each algorithm (MPI's own MPI_Allreduce as "native", then ours: naive,
+// tree, recursive_doubling, ring, and auto = what choose_allreduce picks), one row with
+// the time per call, algbw = bytes / time and busbw = algbw * 2(n-1)/n (the bytes each
+// rank must move, so busbw is comparable across world sizes), plus two references measured
+// in the same run: busbw relative to native's at that size, and the single-thread memcpy
+// bandwidth of this machine on a buffer of that size (rank 0; the bound a ring cannot beat
+// by much, since every byte is received once and reduced once).
+//
+// Every result is checked before it is timed: rank r contributes (r + 1) * (1 + i % 7), so
+// the result is a closed form (sum k n(n+1)/2, max k n, min k, avg sum / n). The timed
+// calls then run on zeros (no overflow, no denormals). Time per call: ranks leave a
+// barrier, run a batch of calls, and the slowest rank's batch time counts; the median over
+// batches is reported (at least --repeat batches and --min-ms of timed calls per row).
+//
+//   mpiexec -n 2 build/bench/collectives                 # table
+//   mpiexec -n 2 build/bench/collectives --json out.json --max-bytes 64M
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "comm/allreduce.h"
+#include "comm/mpi_transport.h"
+
+namespace {
+
+using namespace ringflow;
+using namespace ringflow::comm;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string min_bytes = "4", max_bytes = "256M";
+  int factor = 4;
+  std::string dtype = "f32", op = "sum";
+  std::vector<std::string> algorithms = {"native", "naive", "tree", "recursive_doubling",
+                                         "ring", "auto"};
+  size_t segment_bytes = 1 << 20;
+  int warmup = 2, repeat = 5;
+  double min_ms = 100;
+  std::string json;
+};
+
+size_t parse_bytes(const std::string& text) {
+  size_t end = 0;
+  const double value = std::stod(text, &end);
+  const std::string unit = text.substr(end);
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1 << 10;
+  else if (unit == "M" || unit == "m") scale = 1 << 20;
+  else if (unit == "G" || unit == "g") scale = 1 << 30;
+  else if (!unit.empty() && unit != "B") throw std::invalid_argument("bad size '" + text + "'");
+  return static_cast<size_t>(value * scale);
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;  // f16/bf16: MPI has no such type
+  }
+}
+
+// One allreduce with `algo` ("native" is MPI_Allreduce; it has no avg: sum, then divide).
+void run(Algorithm algo, Transport& t, MPI_Comm comm, Buffer buf, ReduceOp op,
+         size_t segment_bytes) {
+  if (algo == Algorithm::automatic) {
+    algo = choose_allreduce(buf.count * dtype_size(buf.dtype), t.size());
+  }
+  switch (algo) {
+    case Algorithm::native: {
+      const MPI_Op mop = op == ReduceOp::max ? MPI_MAX : op == ReduceOp::min ? MPI_MIN : MPI_SUM;
+      MPI_Allreduce(MPI_IN_PLACE, buf.data, static_cast<int>(buf.count), mpi_type(buf.dtype), mop,
+                    comm);
+      if (op == ReduceOp::avg) finish_average(buf, t.size());
+      return;
+    }
+    case Algorithm::naive: return naive_allreduce(t, buf, op);
+    case Algorithm::tree: return tree_allreduce(t, buf, op);
+    case Algorithm::recursive_doubling: return recursive_doubling_allreduce(t, buf, op);
+    case Algorithm::ring: return ring_allreduce(t, buf, op, segment_bytes);
+    case Algorithm::automatic: break;
+  }
+}
+
+void fill(Buffer buf, int rank) {
+  visit_dtype(buf.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = static_cast<T*>(buf.data);
+    for (int64_t i = 0; i < buf.count; ++i) p[i] = T(static_cast<float>((rank + 1) * (1 + i % 7)));
+  });
+}
+
+// Elements that differ from the closed form.
+int64_t count_wrong(Buffer buf, ReduceOp op, int n) {
+  return visit_dtype(buf.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = static_cast<const T*>(buf.data);
+    const bool integer = buf.dtype == DType::i32 || buf.dtype == DType::i64;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < buf.count; ++i) {
+      const double k = 1 + static_cast<double>(i % 7), sum = k * n * (n + 1) / 2;
+      double want = op == ReduceOp::sum   ? sum
+                    : op == ReduceOp::max ? k * n
+                    : op == ReduceOp::min ? k
+                    : integer             ? std::trunc(sum / n)
+                                          : sum / n;
+      double got;
+      if constexpr (std::is_integral_v<T> || std::is_same_v<T, double>) got = static_cast<double>(p[i]);
+      else got = static_cast<float>(p[i]);
+      if (got != want) ++wrong;
+    }
+    return wrong;
+  });
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Single-thread memcpy bandwidth (GB/s, bytes copied per second), median of 5 copies.
+double memcpy_gbps(size_t bytes, std::vector<unsigned char>& a, std::vector<unsigned char>& b) {
+  if (bytes == 0) return 0;
+  std::memcpy(b.data(), a.data(), bytes);  // fault in and warm up
+  std::vector<double> s;
+  const int reps = std::max<int>(5, static_cast<int>(std::min<size_t>(1000, (64u << 20) / bytes)));
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) {
+      std::memcpy((i % 2 ? a : b).data(), (i % 2 ? b : a).data(), bytes);
+    }
+    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+  }
+  return bytes / median(s) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"ringflow allreduce benchmark (nccl-tests rows); run under mpiexec"};
+  app.add_option("--min-bytes", o.min_bytes, "smallest message (e.g. 4, 8K, 1M)");
+  app.add_option("--max-bytes", o.max_bytes, "largest message (e.g. 256M)");
+  app.add_option("--factor", o.factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
+  app.add_option("--dtype", o.dtype, "f32, f64, f16, bf16, i32, i64");
+  app.add_option("--op", o.op, "sum, avg, max, min");
+  app.add_option("--algorithms", o.algorithms,
+                 "native naive tree recursive_doubling ring auto");
+  app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
+  app.add_option("--warmup", o.warmup, "untimed calls after the checked one");
+  app.add_option("--repeat", o.repeat, "timed batches per row (at least)");
+  app.add_option("--min-ms", o.min_ms, "timed milliseconds per row (at least)");
+  app.add_option("--json", o.json, "also write the rows to this file (rank 0)");
+
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = rank == 0 ? app.exit(e) : (e.get_exit_code() != 0);
+    MPI_Finalize();
+    return code;
+  }
+
+  int status = 0;
+  try {
+    const DType dtype = dtype_from_name(o.dtype);
+    const ReduceOp op = reduce_op_from_name(o.op);
+    std::vector<Algorithm> algos;
+    for (const auto& name : o.algorithms) algos.push_back(algorithm_from_name(name));
+    const size_t esize = dtype_size(dtype);
+    const size_t min_bytes = std::max(parse_bytes(o.min_bytes), esize);
+    const size_t max_bytes = parse_bytes(o.max_bytes);
+
+    MPI_Comm comm, native_comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &native_comm);
+    MpiTransport transport(comm);
+    std::vector<unsigned char> data(max_bytes + 64), spare(rank == 0 ? max_bytes + 64 : 0);
+
+    if (rank == 0) {
+      fmt::print("# ringflow bench/collectives: allreduce, {} ranks, dtype {}, op {}, ring segment {} B\n",
+                 n, dtype_name(dtype), reduce_op_name(op), o.segment_bytes);
+      fmt::print("# busbw = algbw * 2(n-1)/n; vs_native = busbw / MPI_Allreduce busbw at that size;\n"
+                 "# memcpy = single-thread memcpy GB/s on rank 0 at that size (the bound)\n");
+      fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>9} {:>10} {:>6}\n", "size(B)",
+                 "count", "type", "algorithm", "time(us)", "algbw", "busbw", "vs_native",
+                 "memcpy", "check");
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= o.factor) {
+      const int64_t count = static_cast<int64_t>(bytes / esize);
+      const Buffer buf{data.data(), count, dtype};
+      double bound = 0;
+      if (rank == 0) bound = memcpy_gbps(count * esize, data, spare);
+      MPI_Bcast(&bound, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      double native_busbw = 0;
+      for (Algorithm algo : algos) {
+        if (algo == Algorithm::native && mpi_type(dtype) == MPI_DATATYPE_NULL) continue;
+        // Check.
+        fill(buf, rank);
+        run(algo, transport, native_comm, buf, op, o.segment_bytes);
+        int64_t wrong = count_wrong(buf, op, n), wrong_any = 0;
+        MPI_Allreduce(&wrong, &wrong_any, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        const bool ok = wrong_any == 0;
+        std::string name = algorithm_name(algo);
+        if (algo == Algorithm::automatic) {
+          name = std::string("auto:") + algorithm_name(choose_allreduce(count * esize, n));
+        }
+        double us = 0;
+        if (ok) {
+          std::memset(buf.data, 0, count * esize);
+          const auto w0 = Clock::now();
+          for (int i = 0; i < std::max(1, o.warmup); ++i) {
+            run(algo, transport, native_comm, buf, op, o.segment_bytes);
+          }
+          // Calls per batch: enough for ~min_ms / repeat, agreed on by rank 0.
+          double per_call = std::chrono::duration<double>(Clock::now() - w0).count() /
+                            std::max(1, o.warmup);
+          MPI_Bcast(&per_call, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+          const int batch = std::clamp(
+              static_cast<int>(o.min_ms / 1e3 / o.repeat / std::max(per_call, 1e-7)), 1, 100000);
+          std::vector<double> local(o.repeat), slowest(o.repeat);
+          for (int r = 0; r < o.repeat; ++r) {
+            MPI_Barrier(comm);
+            const auto t0 = Clock::now();
+            for (int i = 0; i < batch; ++i) run(algo, transport, native_comm, buf, op, o.segment_bytes);
+            local[r] = std::chrono::duration<double>(Clock::now() - t0).count() / batch;
+          }
+          MPI_Allreduce(local.data(), slowest.data(), o.repeat, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          us = median(slowest) * 1e6;
+        } else {
+          status = 1;
+        }
+        const double algbw = us > 0 ? count * esize / (us * 1e-6) / 1e9 : 0;
+        const double busbw = algbw * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+        if (algo == Algorithm::native) native_busbw = busbw;
+        const double vs_native = native_busbw > 0 ? busbw / native_busbw : 0;
+        if (rank == 0) {
+          fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>9.2f} {:>10.2f} {:>6}\n",
+                     count * esize, count, dtype_name(dtype), name, us, algbw, busbw, vs_native,
+                     bound, ok ? "ok" : "FAIL");
+          std::fflush(stdout);
+          rows.push_back({{"bytes", count * esize}, {"count", count},
+                          {"dtype", dtype_name(dtype)}, {"op", reduce_op_name(op)},
+                          {"algorithm", name}, {"time_us", us}, {"algbw_GBps", algbw},
+                          {"busbw_GBps", busbw}, {"vs_native", vs_native},
+                          {"memcpy_GBps", bound}, {"check", ok ? "ok" : "fail"}});
+        }
+      }
+      if (bytes > max_bytes / o.factor) break;  // no overflow past max_bytes
+    }
+    if (rank == 0 && !o.json.empty()) {
+      nlohmann::json doc = {{"bench", "collectives"}, {"collective", "allreduce"},
+                            {"world_size", n}, {"segment_bytes", o.segment_bytes},
+                            {"rows", rows}};
+      std::ofstream(o.json) << doc.dump(2) << "\n";
+    }
+    MPI_Comm_free(&comm);
+    MPI_Comm_free(&native_comm);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "collectives: rank {}: {}\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}

@@ -1,0 +1,21 @@
+// Internal to comm/'s allreduce algorithms (not installed): argument checks and a
+// per-thread receive buffer reused from call to call, so that a large allreduce does not
+// allocate (and, above glibc's 32 MiB mmap threshold, re-fault) its temporary each time.
+#pragma once
+
+#include <cstddef>
+
+#include "comm/allreduce.h"
+
+namespace ringflow::comm::detail {
+
+// Throws std::invalid_argument naming `algorithm` for a negative count, a null pointer
+// with a non-zero count, a root outside the group.
+void check_args(const char* algorithm, const Transport& t, Buffer buf, int root = 0);
+
+// At least `bytes` bytes, 64-byte aligned; valid until the next call on this thread.
+// One user at a time per thread: an algorithm takes it once and calls no other algorithm
+// while it holds it.
+void* scratch(size_t bytes);
+
+}  // namespace ringflow::comm::detail

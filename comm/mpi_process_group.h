@@ -1,0 +1,136 @@
+// MpiProcessGroup: the ProcessGroup contract (comm/process_group.h) over MPICH.
+//
+// Threading: every collective runs on one communication thread per group, in issue order,
+// so the caller keeps computing (the DDP reducer overlaps backward with communication
+// through this). The group owns three duplicates of the parent communicator: one for
+// MPI's own collectives and send/recv, one for our allreduce algorithms (MpiTransport),
+// one for checking-mode fingerprints, so their messages never match each other's.
+//
+// MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
+// group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
+// must have asked for MPI_THREAD_MULTIPLE); MPI is finalised at exit only if a group
+// initialised it. Destroy every group before main returns.
+//
+// Timeouts: see Note [timeouts] in mpi_process_group.cpp.
+//
+// Reductions of f16/bf16: with Algorithm::native (and for reduce, reduce_scatter) the
+// tensor is widened to f32, reduced by MPI in f32 and rounded back once (MPICH 4.0 has no
+// 16-bit float type); our algorithms (naive, tree, recursive doubling, ring) add in f32
+// and round back after each addition (comm/allreduce.h). Counts are limited to INT_MAX
+// elements per call (MPI's int count); more throws std::invalid_argument at the call.
+// ReduceOp::avg is a sum divided once by size() at the end (integers truncate).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/process_group.h"
+
+namespace ringflow::comm {
+
+struct MpiProcessGroupOptions {
+  // Before each collective, exchange a fingerprint (kind, reduce op, dtype, count, root,
+  // algorithm, sequence number) with every rank: a mismatch fails the collective on every
+  // rank with both fingerprints in the message, and a rank that does not arrive within the
+  // timeout is named. Costs one small all-to-all message round per collective.
+  bool checking = false;
+};
+
+// RINGFLOW_COMM_CHECK=1 in the environment: for apps and tests to pass into the options
+// (the library itself reads no environment variable).
+bool comm_check_requested_by_env();
+
+// Initialises MPI with MPI_THREAD_MULTIPLE unless it is initialised already (then throws
+// if it provides less than MPI_THREAD_MULTIPLE). Finalises at exit only if it initialised.
+void ensure_mpi_initialized();
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over `parent` (MPI_Comm_dup).
+  explicit MpiProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, MpiProcessGroupOptions options = {});
+  // Runs the collectives still queued, then stops the communication thread and frees the
+  // communicators.
+  ~MpiProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+  bool checking() const { return options_.checking; }
+  // Empty while usable; the reason once a collective timed out (see the contract).
+  std::string broken_reason() const;
+
+  struct Fingerprint {
+    int32_t kind = 0;       // Kind
+    int32_t op = 0;         // ReduceOp
+    int32_t dtype = 0;      // DType
+    int32_t algorithm = 0;  // Algorithm (allreduce only)
+    int32_t root = 0;
+    int32_t pad = 0;
+    int64_t count = 0;      // elements per rank (the block of allgather, scatter, ...)
+    int64_t seq = 0;        // sequence number of the collective in this group
+    bool operator==(const Fingerprint&) const = default;
+  };
+
+ protected:
+  std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allreduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allgather(const Tensor& output, const Tensor& input,
+                                     const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce_scatter(const Tensor& output, const Tensor& input,
+                                          const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_gather(const Tensor& output, const Tensor& input,
+                                  const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_scatter(const Tensor& output, const Tensor& input,
+                                   const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_barrier(const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_send(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+
+ private:
+  struct Op;
+  using Body = std::function<void(Op&)>;
+  std::shared_ptr<Work> enqueue_collective(Fingerprint fp, const CollectiveOptions& options,
+                                           Body body);
+  std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
+                                const std::function<std::string(int64_t seq)>& describe_op);
+  void run_loop();
+  void run(Op& op);
+  void exchange_fingerprints(Op& op);
+  // Polls the requests (MPI_Testsome) until all complete or the op's deadline passes;
+  // returns the indices still incomplete (empty: all done). statuses (optional, one per
+  // request) receives each completed request's status. peers (optional, one per request):
+  // while waiting, the Work's status names the peers still missing.
+  std::vector<int> poll(Op& op, std::vector<MPI_Request>& requests, const char* call,
+                        MPI_Status* statuses = nullptr, const std::vector<int>* peers = nullptr);
+  void wait_or_timeout(Op& op, std::vector<MPI_Request>& requests, const char* call);
+
+  MpiProcessGroupOptions options_;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;        // MPI's collectives, send/recv
+  MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
+  mutable std::mutex mutex_;
+  int64_t next_seq_ = 0;                 // collectives issued, under mutex_
+  int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Op>> queue_;
+  std::atomic<size_t> queued_{0};          // queue_.size(), for the comm thread's spin
+  bool stopping_ = false;
+  std::string broken_;                      // comm thread writes, under mutex_
+  std::vector<MPI_Request> abandoned_;      // requests of timed-out collectives
+  std::thread thread_;
+};
+
+}  // namespace ringflow::comm

@@ -1,0 +1,78 @@
+#include "comm/work.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "framework/error.h"
+
+namespace ringflow::comm {
+
+Work::Work(std::string description) : description_(std::move(description)) {}
+
+namespace {
+
+// A collective of a few KB completes within microseconds of being queued: spinning that
+// long before sleeping on the condition variable saves two context switches per wait,
+// which dominate small-message latency when the cores are shared.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+}  // namespace
+
+void Work::wait() {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();  // lets the comm thread have this core when cores are shared
+  }
+  std::unique_lock lock(mutex_);
+  done_cv_.wait(lock, [&] { return completed_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void Work::wait(Timeout timeout) {
+  std::unique_lock lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    throw CommError(cat(description_, " did not complete within ", timeout.count(),
+                        " ms of wait(); still ", status_));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard lock(mutex_);
+  return completed_;
+}
+
+bool Work::is_success() const {
+  std::lock_guard lock(mutex_);
+  return completed_ && !error_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard lock(mutex_);
+  return error_;
+}
+
+std::string Work::status() const {
+  std::lock_guard lock(mutex_);
+  return status_;
+}
+
+void Work::set_status(std::string status) {
+  std::lock_guard lock(mutex_);
+  status_ = std::move(status);
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (completed_) return;
+    completed_ = true;
+    done_.store(true, std::memory_order_release);
+    error_ = std::move(error);
+    status_ = error_ ? "failed" : "done";
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace ringflow::comm

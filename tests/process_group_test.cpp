@@ -1,0 +1,394 @@
+// MpiProcessGroup under mpiexec -n 1..5: every collective x dtype against closed forms
+// (rank r contributes (r+1) * k_i with k_i = 1 + i % 3, so allreduce-sum gives
+// n(n+1)/2 * k_i), counts 0, 1, n+1 and a prime; every allreduce algorithm against MPI's
+// own result on random data; the async contract (Works complete in issue order, wait with
+// a timeout); checking mode reporting a count mismatch; argument errors.
+// Collectives are issued back to back and waited for together: with more ranks than
+// cores each one costs ~10-50 ms, so the 5-rank run stays at a few dozen waits' worth.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_process_group.h"
+#include "framework/ringflow.h"
+
+// Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
+namespace ringflow::comm {
+
+namespace {
+
+constexpr DType kDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
+                             DType::i64};
+
+// Generous: a failing collective reports within this instead of hanging the test.
+CollectiveOptions opts(ReduceOp op = ReduceOp::sum, Algorithm algo = Algorithm::native,
+                       int root = 0) {
+  CollectiveOptions o;
+  o.op = op;
+  o.algorithm = algo;
+  o.root = root;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+MpiProcessGroupOptions checking() {
+  MpiProcessGroupOptions o;
+  o.checking = true;  // on in tests (issue 4, section 5)
+  return o;
+}
+
+double k_of(int64_t i) { return static_cast<double>(1 + i % 3); }
+
+// (count) elements, element i = scale * k_i (+ offset).
+Tensor pattern(int64_t count, DType dtype, double scale, double offset = 0) {
+  Tensor t = empty({count}, dtype);
+  visit_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = static_cast<T*>(t.raw_data());
+    for (int64_t i = 0; i < count; ++i) p[i] = T(scale * k_of(i) + offset);
+  });
+  return t;
+}
+
+double expected_reduce(ReduceOp op, DType dtype, int n, double k) {
+  const double s = n * (n + 1) / 2.0 * k;
+  switch (op) {
+    case ReduceOp::sum: return s;
+    case ReduceOp::max: return n * k;
+    case ReduceOp::min: return k;
+    case ReduceOp::avg: return is_floating(dtype) ? s / n : std::trunc(s / n);
+  }
+  return 0;
+}
+
+// Checks element i == f(i); reports the first mismatch with `what`.
+template <class F>
+void check_values(const Tensor& t, F f, const std::string& what) {
+  const std::vector<double> v = t.to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double want = f(static_cast<int64_t>(i));
+    const double tol = std::fabs(want) * 1e-6;  // exact for these small integers and halves
+    if (std::fabs(v[i] - want) > tol) {
+      FAIL_CHECK(what << ": element " << i << " is " << v[i] << ", expected " << want);
+      return;
+    }
+  }
+}
+
+std::vector<int64_t> counts(int n) { return {0, 1, n + 1, 13}; }
+
+std::string tag(const char* what, DType d, int64_t count) {
+  return cat(what, " ", dtype_name(d), " count ", count);
+}
+
+}  // namespace
+
+TEST_CASE("Work: wait, wait with timeout, error, completion") {
+  Work work("allreduce #7 (f32, 3 elements)");
+  CHECK_FALSE(work.is_completed());
+  work.set_status("waiting in MPI_Iallreduce");
+  try {
+    work.wait(std::chrono::milliseconds(20));
+    FAIL("wait(timeout) on an unfinished Work returned");
+  } catch (const CommError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("allreduce #7") != std::string::npos);
+    CHECK(msg.find("MPI_Iallreduce") != std::string::npos);
+  }
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    work.finish(std::make_exception_ptr(CommError("boom")));
+  });
+  CHECK_THROWS_WITH_AS(work.wait(), "boom", CommError);
+  finisher.join();
+  CHECK(work.is_completed());
+  CHECK_FALSE(work.is_success());
+  CHECK(work.exception() != nullptr);
+  CHECK_THROWS_AS(work.wait(std::chrono::milliseconds(1)), CommError);
+
+  Work ok("barrier #0");
+  ok.finish();
+  ok.wait(std::chrono::milliseconds(1));
+  CHECK(ok.is_success());
+  CHECK(ok.exception() == nullptr);
+}
+
+TEST_CASE("allreduce: every dtype and count (native), every op") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  struct Case { Tensor t; DType d; int64_t count; ReduceOp op; std::shared_ptr<Work> w; };
+  std::vector<Case> cases;
+  for (DType d : kDtypes) {
+    for (int64_t c : counts(n)) cases.push_back({pattern(c, d, r + 1), d, c, ReduceOp::sum, {}});
+    for (ReduceOp op : {ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+      cases.push_back({pattern(n + 1, d, r + 1), d, n + 1, op, {}});
+    }
+  }
+  for (Case& c : cases) c.w = pg.allreduce(c.t, opts(c.op));
+  for (Case& c : cases) {
+    c.w->wait();
+    check_values(c.t, [&](int64_t i) { return expected_reduce(c.op, c.d, n, k_of(i)); },
+                 tag(cat("allreduce ", reduce_op_name(c.op)).c_str(), c.d, c.count));
+  }
+}
+
+TEST_CASE("allreduce: our algorithms through the process group") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  const Algorithm algos[] = {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
+                             Algorithm::ring, Algorithm::automatic};
+  struct Case { Tensor t; DType d; int64_t count; Algorithm a; std::shared_ptr<Work> w; };
+  std::vector<Case> cases;
+  for (Algorithm a : algos) {
+    for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+      for (int64_t c : {int64_t{0}, int64_t{1}, int64_t{n + 1}, int64_t{13}}) {
+        cases.push_back({pattern(c, d, r + 1), d, c, a, {}});
+      }
+    }
+  }
+  for (Case& c : cases) c.w = pg.allreduce(c.t, opts(ReduceOp::sum, c.a));
+  for (Case& c : cases) {
+    c.w->wait();
+    check_values(c.t, [&](int64_t i) { return expected_reduce(ReduceOp::sum, c.d, n, k_of(i)); },
+                 tag(algorithm_name(c.a), c.d, c.count));
+  }
+
+  SUBCASE("random data: every algorithm agrees with MPI_Allreduce") {
+    constexpr int64_t count = 1009;  // prime
+    std::mt19937 gen(1234 + r);
+    std::uniform_real_distribution<double> dist(-1, 1);
+    Tensor base = empty({count}, DType::f64);
+    for (int64_t i = 0; i < count; ++i) base.data<double>()[i] = dist(gen);
+    Tensor native = base.clone();
+    pg.allreduce(native, opts(ReduceOp::sum, Algorithm::native))->wait();
+    for (Algorithm a : algos) {
+      Tensor mine = base.clone();
+      pg.allreduce(mine, opts(ReduceOp::sum, a))->wait();
+      const double* x = mine.data<double>();
+      const double* y = native.data<double>();
+      for (int64_t i = 0; i < count; ++i) {
+        if (std::fabs(x[i] - y[i]) > 1e-12) {
+          FAIL_CHECK(algorithm_name(a) << ": element " << i << " " << x[i] << " vs MPI "
+                                       << y[i]);
+          break;
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("broadcast, reduce, allgather, reduce_scatter, gather, scatter: every dtype") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  const int root = n - 1;  // not 0, so that a root ignored somewhere shows
+  std::vector<std::pair<std::shared_ptr<Work>, std::function<void()>>> checks;
+  for (DType d : kDtypes) {
+    for (int64_t c : counts(n)) {
+      const std::string where = cat(dtype_name(d), " count ", c);
+      // broadcast: the root's values everywhere.
+      Tensor b = pattern(c, d, r == root ? 7 : 1);
+      checks.emplace_back(pg.broadcast(b, opts(ReduceOp::sum, Algorithm::native, root)),
+                          [=] { check_values(b, [](int64_t i) { return 7 * k_of(i); },
+                                             "broadcast " + where); });
+      // reduce: the sum on the root, the input unchanged elsewhere.
+      Tensor red = pattern(c, d, r + 1);
+      checks.emplace_back(pg.reduce(red, opts(ReduceOp::sum, Algorithm::native, root)), [=] {
+        check_values(red, [&](int64_t i) {
+          return r == root ? expected_reduce(ReduceOp::sum, d, n, k_of(i)) : (r + 1) * k_of(i);
+        }, "reduce " + where);
+      });
+      // allgather: block q holds rank q's input.
+      Tensor in = pattern(c, d, r + 1);
+      Tensor all = zeros({n * c}, d);
+      checks.emplace_back(pg.allgather(all, in, opts()), [=] {
+        check_values(all, [&](int64_t j) { return (j / c + 1) * k_of(j % c); },
+                     "allgather " + where);
+      });
+      // reduce_scatter: input block q = (r+1) * (q+1) * k_i; rank r gets S * (r+1) * k_i.
+      Tensor rs_in = empty({n * c}, d);
+      for (int q = 0; q < n; ++q) {
+        rs_in.narrow(0, q * c, c).copy_(pattern(c, d, (r + 1) * (q + 1)));
+      }
+      Tensor rs_out = zeros({c}, d);
+      checks.emplace_back(pg.reduce_scatter(rs_out, rs_in, opts()), [=] {
+        check_values(rs_out, [&](int64_t i) { return n * (n + 1) / 2.0 * (r + 1) * k_of(i); },
+                     "reduce_scatter " + where);
+      });
+      // gather to the root.
+      Tensor g_in = pattern(c, d, r + 1);
+      Tensor g_out = r == root ? zeros({n * c}, d) : Tensor();
+      checks.emplace_back(pg.gather(g_out, g_in, opts(ReduceOp::sum, Algorithm::native, root)),
+                          [=] {
+        if (r == root) {
+          check_values(g_out, [&](int64_t j) { return (j / c + 1) * k_of(j % c); },
+                       "gather " + where);
+        }
+      });
+      // scatter from the root: block q = (q+1) * k_i.
+      Tensor s_in;
+      if (r == root) {
+        s_in = empty({n * c}, d);
+        for (int q = 0; q < n; ++q) s_in.narrow(0, q * c, c).copy_(pattern(c, d, q + 1));
+      }
+      Tensor s_out = zeros({c}, d);
+      checks.emplace_back(pg.scatter(s_out, s_in, opts(ReduceOp::sum, Algorithm::native, root)),
+                          [=] {
+        check_values(s_out, [&](int64_t i) { return (r + 1) * k_of(i); }, "scatter " + where);
+      });
+    }
+  }
+  for (auto& [work, check] : checks) {
+    work->wait();
+    check();
+  }
+  pg.barrier(opts())->wait();
+}
+
+TEST_CASE("reduce_scatter and reduce: avg, max, min in f16") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  for (ReduceOp op : {ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    Tensor in = empty({n * int64_t{3}}, DType::f16);
+    for (int q = 0; q < n; ++q) in.narrow(0, q * 3, 3).copy_(pattern(3, DType::f16, r + 1));
+    Tensor out = zeros({3}, DType::f16);
+    pg.reduce_scatter(out, in, opts(op))->wait();
+    check_values(out, [&](int64_t i) { return expected_reduce(op, DType::f16, n, k_of(i)); },
+                 cat("reduce_scatter f16 ", reduce_op_name(op)));
+    Tensor red = pattern(5, DType::f16, r + 1);
+    pg.reduce(red, opts(op))->wait();
+    if (r == 0) {
+      check_values(red, [&](int64_t i) { return expected_reduce(op, DType::f16, n, k_of(i)); },
+                   cat("reduce f16 ", reduce_op_name(op)));
+    }
+  }
+}
+
+TEST_CASE("send and recv around a ring") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  if (n == 1) {
+    CHECK_THROWS_AS(pg.send(zeros({1}), 0), std::invalid_argument);  // no peer but itself
+    return;
+  }
+  for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+    Tensor out = pattern(n + 1, d, r + 1);
+    Tensor in = zeros({n + 1}, d);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    // Even ranks send first, odd ranks receive first: matching order for any message size.
+    std::shared_ptr<Work> a, b;
+    if (r % 2 == 0) {
+      a = pg.send(out, next, /*tag=*/3, opts());
+      b = pg.recv(in, prev, /*tag=*/3, opts());
+    } else {
+      b = pg.recv(in, prev, /*tag=*/3, opts());
+      a = pg.send(out, next, /*tag=*/3, opts());
+    }
+    a->wait();
+    b->wait();
+    check_values(in, [&](int64_t i) { return (prev + 1) * k_of(i); },
+                 cat("recv ", dtype_name(d)));
+  }
+  // A message shorter than the receiving tensor is an error, not a partial fill.
+  if (r == 0) pg.send(zeros({3}), 1, /*tag=*/5, opts())->wait();
+  if (r == 1) {
+    CHECK_THROWS_WITH_AS(pg.recv(zeros({4}), 0, /*tag=*/5, opts())->wait(),
+                         doctest::Contains("rank 0 sent 3 elements"), CommError);
+    CHECK(pg.broken_reason().find("recv #") != std::string::npos);  // failed part-way
+    CHECK_THROWS_WITH_AS(pg.barrier(opts())->wait(), doctest::Contains("unusable since"),
+                         CommError);
+  }
+}
+
+TEST_CASE("async: outstanding Works complete in issue order; wait with a timeout") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  std::vector<Tensor> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < 8; ++k) {
+    tensors.push_back(full({1000}, r + 1 + k, DType::f32));
+    works.push_back(pg.allreduce(tensors.back(),
+                                 opts(ReduceOp::sum, k % 2 ? Algorithm::ring : Algorithm::native)));
+  }
+  // The caller is free meanwhile; when the last completes, every earlier one has.
+  works.back()->wait();
+  for (size_t k = 0; k < works.size(); ++k) {
+    CHECK(works[k]->is_completed());
+    CHECK(works[k]->is_success());
+    const double want = n * (n + 1) / 2.0 + n * static_cast<double>(k);
+    CHECK(tensors[k].to_vector<double>()[999] == want);
+  }
+  // Descriptions carry the sequence number: every Work of one group is numbered in order.
+  CHECK(works[0]->description().find("allreduce #0") == 0);
+  CHECK(works[7]->description().find("allreduce #7") == 0);
+
+  if (n > 1) {
+    // Rank 0 reaches the barrier 300 ms before the others: its wait(50 ms) runs out and
+    // names the barrier and what it waits for; a plain wait() then succeeds.
+    if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto barrier = pg.barrier(opts());
+    if (r == 0) {
+      try {
+        barrier->wait(std::chrono::milliseconds(50));
+        FAIL_CHECK("wait(50 ms) returned although the other ranks were 300 ms late");
+      } catch (const CommError& e) {
+        const std::string msg = e.what();
+        CHECK(msg.find("barrier #8") != std::string::npos);
+        CHECK(msg.find("did not complete within 50 ms") != std::string::npos);
+        // What is missing: checking mode knows which ranks have not reached it yet.
+        CHECK(msg.find("not yet at this collective") != std::string::npos);
+      }
+    }
+    barrier->wait();
+  }
+}
+
+TEST_CASE("checking mode: a count mismatch is reported on every rank, then the group goes on") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  if (n == 1) return;
+  Tensor t = full({r == 0 ? 5 : 6}, 1.0, DType::f32);
+  auto work = pg.allreduce(t, opts());
+  try {
+    work->wait();
+    FAIL_CHECK("a count mismatch went through");
+  } catch (const CommError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("mismatch") != std::string::npos);
+    CHECK(msg.find("allreduce #0 (f32, 5 elements") != std::string::npos);
+    CHECK(msg.find("allreduce #0 (f32, 6 elements") != std::string::npos);
+  }
+  CHECK(pg.broken_reason().empty());
+  // No data moved, no rank is inside the collective: the group is still usable.
+  Tensor ok = full({4}, r + 1, DType::f32);
+  pg.allreduce(ok, opts())->wait();
+  CHECK(ok.to_vector<double>()[3] == n * (n + 1) / 2.0);
+}
+
+TEST_CASE("argument errors throw at the call, naming the problem") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size();
+  Tensor m = zeros({3, 4});
+  CHECK_THROWS_WITH_AS(pg.allreduce(m.t()), doctest::Contains("not contiguous"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pg.allreduce(Tensor()), doctest::Contains("undefined"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pg.broadcast(m, opts(ReduceOp::sum, Algorithm::native, n)),
+                       doctest::Contains("root"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pg.allgather(zeros({n * 3 + 1}), zeros({3})),
+                       doctest::Contains("expected size()"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(pg.allgather(zeros({n * 3}, DType::f64), zeros({3})),
+                       doctest::Contains("dtypes differ"), std::invalid_argument);
+  CHECK_THROWS_AS(pg.recv(zeros({1}), n), std::invalid_argument);
+  // Nothing was queued: the group's next collective is #0 on every rank.
+  auto w = pg.barrier(opts());
+  CHECK(w->description() == "barrier #0");
+  w->wait();
+}
+
+}  // namespace ringflow::comm
