@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "bench/ceiling.h"
 #include "framework/ringflow.h"
 
 namespace {
@@ -209,12 +210,9 @@ Call raw_conv_bwd_weights(const RawConv& rc, const Tensor& dw, const Tensor& db,
   return [conv, to_user] { conv(), to_user(); };
 }
 
-// The machine ceiling: GFLOP/s of oneDNN's sgemm on 2048^3 (row-major, no transposes).
+// The machine ceiling: GFLOP/s of oneDNN's sgemm on 2048^3 (bench/ceiling.h).
 double sgemm_ceiling(const Timing& t) {
-  const int64_t n = 2048;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  const Call sgemm = [&] { dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); };
-  return 2.0 * n * n * n / 1e9 / (time_calls(t, {sgemm})[0] / 1e3);
+  return bench::sgemm_ceiling_gflops(t.warmup, t.repeat, t.min_ms);
 }
 
 // out (M, N) = a (M, K) @ b (K, N); b_t: b is the transpose of a row-major (N, K) weight.

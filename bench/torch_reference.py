@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""PyTorch's side of bench/train_step: the same training step as ringflow's, timed the same
+way. Run with Debian's python3-torch (what bench/train_step launches, once as installed and
+once with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736):
+    /usr/bin/python3 bench/torch_reference.py --model vgg11_cifar --batch 256 --threads 2 --json
+
+Models: tests/fixtures/torch_models.py (the definitions ringflow's models are checked
+against). Step: forward (model + cross_entropy), backward, SGD (lr 0.01, momentum 0.9,
+weight decay 5e-4) step + zero_grad(set_to_none=True), as ringflow's zero_grad; synthetic
+normal input and random labels made once; PyTorch's default NCHW layout. Times are medians
+(ms) over --steps after --warmup.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "fixtures"))
+from torch_models import BasicBlock, CifarResNet, CifarVGG, SmallCnn  # noqa: E402
+
+MODELS = {
+    "vgg11_cifar": (lambda: CifarVGG("VGG11"), (3, 32, 32)),
+    "resnet18_cifar": (lambda: CifarResNet(BasicBlock, [2, 2, 2, 2]), (3, 32, 32)),
+    "small_cnn": (SmallCnn, (1, 28, 28)),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json", action="store_true", help="one JSON object")
+    args = ap.parse_args()
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    make, shape = MODELS[args.model]
+    model = make()
+    model.train()
+    x = torch.randn(args.batch, *shape)
+    y = torch.randint(0, 10, (args.batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+
+    fwd, bwd, optim, step = [], [], [], []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        del loss
+        if i >= args.warmup:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+            optim.append((t3 - t2) * 1e3)
+            step.append((t3 - t0) * 1e3)
+
+    med = statistics.median_high  # the upper middle, as ringflow's median of an even count
+    out = {"model": args.model, "batch": args.batch, "threads": torch.get_num_threads(),
+           "torch": torch.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+           "forward_ms": med(fwd), "backward_ms": med(bwd), "optimizer_ms": med(optim),
+           "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{args.model} batch {args.batch}, {out['threads']} threads: forward "
+              f"{out['forward_ms']:.1f} ms, backward {out['backward_ms']:.1f} ms, optimizer "
+              f"{out['optimizer_ms']:.1f} ms, step {out['step_ms']:.1f} ms "
+              f"({out['images_per_s']:.0f} images/s)")
+
+
+if __name__ == "__main__":
+    main()

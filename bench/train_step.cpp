@@ -1,0 +1,321 @@
+// train_step: one training step of a registered model (VGG-11 and ResNet-18 CIFAR, the small
+// CNN) timed phase by phase, side by side with the same step in PyTorch, in one run.
+//
+// ringflow's step is apps/train.cpp's: forward (model + cross_entropy), backward,
+// sgd.step() + sgd.zero_grad(); SGD lr 0.01, momentum 0.9, weight decay 5e-4; synthetic
+// input (normal) and labels made once per row; times are medians over --steps after
+// --warmup steps. GFLOP per step counts the conv and linear layers only: 2 * MACs per image
+// forward, x3 for forward + backward (table below, from the layer shapes, checked against
+// the model's own Conv2d/Linear weights). The machine ceiling is raw oneDNN dnnl_sgemm
+// 2048^3 measured at the start of the run (bench/ceiling.h).
+//
+// PyTorch: bench/torch_reference.py (same models, threads, synthetic data and optimizer) is
+// run as a subprocess with Debian's /usr/bin/python3 per row, twice: as installed, and with
+// GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 (glibc
+// then stops unmapping its large buffers every step). The ratio is ringflow's step time
+// over the faster of the two.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/ceiling.h"
+#include "framework/ringflow.h"
+#include "models/registry.h"
+#include "models/vgg.h"
+
+using namespace ringflow;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kTunable = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736";
+
+struct Flags {
+  std::vector<std::string> models;
+  std::vector<int64_t> batches;
+  int threads = 0;
+  int steps = 10;
+  int warmup = 2;
+  bool no_torch = false;
+  bool json = false;
+  std::string python = "/usr/bin/python3";
+  std::string torch_script = RINGFLOW_SOURCE_ROOT "/bench/torch_reference.py";
+};
+
+// ---------------------------------------------------------------- FLOPs
+// Per image: multiply-accumulates of the conv and linear layers, and the elements of their
+// weights (the check against the model).
+struct LayerCount {
+  double macs = 0;
+  int64_t weight_elems = 0;
+  void conv(int64_t cin, int64_t cout, int64_t k, int64_t out_hw) {
+    macs += double(out_hw) * out_hw * cout * cin * k * k;
+    weight_elems += cout * cin * k * k;
+  }
+  void linear(int64_t in, int64_t out) {
+    macs += double(in) * out;
+    weight_elems += in * out;
+  }
+};
+
+LayerCount count_layers(const std::string& name) {
+  LayerCount c;
+  if (name == "vgg11_cifar") {  // 3x3 pad-1 convs, 0 = 2x2 max-pool; 32x32 in, 1x1 out
+    int64_t hw = 32, cin = 3;
+    for (int64_t v : models::vgg_config(11)) {
+      if (v == 0) {
+        hw /= 2;
+      } else {
+        c.conv(cin, v, 3, hw);
+        cin = v;
+      }
+    }
+    c.linear(512, 10);
+  } else if (name == "resnet18_cifar") {  // BasicBlock x [2, 2, 2, 2]
+    c.conv(3, 64, 3, 32);
+    int64_t hw = 32, in = 64;
+    for (const auto& [planes, stride] : std::vector<std::pair<int64_t, int64_t>>{{64, 1}, {128, 2}, {256, 2}, {512, 2}}) {
+      for (int b = 0; b < 2; ++b) {
+        const int64_t s = b == 0 ? stride : 1;
+        hw /= s;
+        c.conv(in, planes, 3, hw);      // conv1 (stride s)
+        c.conv(planes, planes, 3, hw);  // conv2
+        if (s != 1 || in != planes) c.conv(in, planes, 1, hw);  // shortcut
+        in = planes;
+      }
+    }
+    c.linear(512, 10);
+  } else if (name == "small_cnn") {  // 28x28 conv, pool, 14x14 conv, pool, fc
+    c.conv(1, 16, 3, 28);
+    c.conv(16, 32, 3, 14);
+    c.linear(32 * 7 * 7, 10);
+  } else {
+    throw std::invalid_argument(fmt::format(
+        "--models: no FLOP table for '{}' (choices: vgg11_cifar, resnet18_cifar, small_cnn)", name));
+  }
+  return c;
+}
+
+// Elements of the model's Conv2d and Linear weights.
+int64_t model_weight_elems(nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& [name, m] : model.named_modules()) {
+    if (auto* conv = dynamic_cast<nn::Conv2d*>(m)) n += conv->weight.numel();
+    if (auto* lin = dynamic_cast<nn::Linear*>(m)) n += lin->weight.numel();
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- timing
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Phases {
+  double forward = 0, backward = 0, optimizer = 0, step = 0;
+};
+
+Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
+  Generator gen(0);
+  nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
+  model->train();
+  const LayerCount count = count_layers(name);
+  if (model_weight_elems(*model) != count.weight_elems)
+    throw std::logic_error(fmt::format("{}: the FLOP table has {} conv/linear weights, the model {}", name,
+                                       count.weight_elems, model_weight_elems(*model)));
+  Shape shape{batch};
+  for (int64_t d : models::model_input_shape(name)) shape.push_back(d);
+  const Tensor x = randn(shape, &gen);
+  std::vector<double> labels(batch);
+  for (double& l : labels) l = double(gen.next_u64() % 10);
+  const Tensor y = from_vector(labels, {batch}, DType::i64);
+  optim::SGD sgd(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+
+  std::vector<double> fwd, bwd, opt, step;
+  for (int i = 0; i < f.warmup + f.steps; ++i) {
+    auto t = Clock::now();
+    const auto start = t;
+    double ms[3];
+    {
+      const Tensor logits = (*model)(x);
+      const Tensor loss = cross_entropy(logits, y);
+      ms[0] = ms_since(t);
+      t = Clock::now();
+      loss.backward();
+      ms[1] = ms_since(t);
+    }
+    t = Clock::now();
+    sgd.step();
+    sgd.zero_grad();
+    ms[2] = ms_since(t);
+    const double total = ms_since(start);
+    if (i < f.warmup) continue;
+    fwd.push_back(ms[0]);
+    bwd.push_back(ms[1]);
+    opt.push_back(ms[2]);
+    step.push_back(total);
+  }
+  return {median(fwd), median(bwd), median(opt), median(step)};
+}
+
+// bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
+std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch, const Flags& f,
+                                        bool tunable) {
+  const std::string cmd = fmt::format("{}{} '{}' --model {} --batch {} --threads {} --steps {} --warmup {} --json",
+                                      tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "",
+                                      f.python, f.torch_script, name, batch, num_threads(), f.steps, f.warmup);
+  std::fflush(stdout);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    fmt::print(stderr, "train_step: cannot run: {}\n", cmd);
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  const size_t begin = out.rfind('{');
+  if (status != 0 || begin == std::string::npos) {
+    fmt::print(stderr, "train_step: `{}` failed (status {}):\n{}\n", cmd, status, out);
+    return std::nullopt;
+  }
+  try {
+    return nlohmann::json::parse(out.substr(begin));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "train_step: `{}`: bad JSON ({}):\n{}\n", cmd, e.what(), out);
+    return std::nullopt;
+  }
+}
+
+struct Row {
+  std::string model;
+  int64_t batch = 0;
+  double gflop = 0;  // per step, forward + backward
+  Phases rf;
+  std::optional<nlohmann::json> torch, torch_tunable;
+};
+
+double torch_step_ms(const std::optional<nlohmann::json>& j) {
+  return j ? j->at("step_ms").get<double>() : NAN;
+}
+
+double best_torch_ms(const Row& r) {
+  const double a = torch_step_ms(r.torch), b = torch_step_ms(r.torch_tunable);
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  return std::min(a, b);
+}
+
+std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::format("{:.1f}", ms); }
+
+void print_header(double ceiling, const Flags& f) {
+  fmt::print("threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}  (times: median ms)\n",
+             num_threads(), ceiling, f.steps, f.warmup);
+  fmt::print("{:<15} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "fwd",
+             "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
+}
+
+void print_row(const Row& r, double ceiling) {
+  const double g = r.gflop / (r.rf.step / 1e3);
+  const double best = best_torch_ms(r);
+  fmt::print("{:<15} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
+             r.model, r.batch, r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
+             r.batch / (r.rf.step / 1e3), g, 100 * g / ceiling, fmt_ms(torch_step_ms(r.torch)),
+             fmt_ms(torch_step_ms(r.torch_tunable)),
+             std::isnan(best) ? std::string("-") : fmt::format("{:.3f}", r.rf.step / best));
+  std::fflush(stdout);
+}
+
+void print_json(const Row& r, double ceiling, const Flags& f) {
+  const double g = r.gflop / (r.rf.step / 1e3);
+  const double best = best_torch_ms(r);
+  nlohmann::json j{{"model", r.model},
+                   {"batch", r.batch},
+                   {"threads", num_threads()},
+                   {"steps", f.steps},
+                   {"warmup", f.warmup},
+                   {"gflop_per_step", r.gflop},
+                   {"ceiling_gflops", ceiling},
+                   {"forward_ms", r.rf.forward},
+                   {"backward_ms", r.rf.backward},
+                   {"optimizer_ms", r.rf.optimizer},
+                   {"step_ms", r.rf.step},
+                   {"images_per_s", r.batch / (r.rf.step / 1e3)},
+                   {"gflops", g},
+                   {"pct_ceiling", 100 * g / ceiling},
+                   {"torch", r.torch ? *r.torch : nlohmann::json()},
+                   {"torch_malloc_tunable", r.torch_tunable ? *r.torch_tunable : nlohmann::json()},
+                   {"ratio_over_best_torch", std::isnan(best) ? nlohmann::json() : nlohmann::json(r.rf.step / best)}};
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"train_step: ringflow's training step vs PyTorch's (forward, backward, optimizer)"};
+  app.add_option("--models", f.models, "models (default: vgg11_cifar resnet18_cifar small_cnn)");
+  app.add_option("--batches", f.batches, "batch sizes (default: 64 256 for VGG/ResNet, 256 for small_cnn)");
+  app.add_option("--threads", f.threads, "CPU threads, for both (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", f.steps, "timed steps per row")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
+  app.add_flag("--json", f.json, "one JSON object per row");
+  app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();
+  app.add_option("--torch-script", f.torch_script, "bench/torch_reference.py")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (f.threads > 0) set_num_threads(f.threads);
+    std::vector<std::pair<std::string, int64_t>> rows;
+    if (f.models.empty() && f.batches.empty()) {
+      rows = {{"vgg11_cifar", 64}, {"vgg11_cifar", 256}, {"resnet18_cifar", 64}, {"resnet18_cifar", 256},
+              {"small_cnn", 256}};
+    } else {
+      if (f.models.empty()) f.models = {"vgg11_cifar", "resnet18_cifar", "small_cnn"};
+      if (f.batches.empty()) f.batches = {64, 256};
+      for (const std::string& m : f.models)
+        for (int64_t b : f.batches) rows.emplace_back(m, b);
+    }
+    for (const auto& [m, b] : rows) count_layers(m);  // unknown names fail before any timing
+    if (!f.no_torch && !std::ifstream(f.torch_script))
+      throw std::invalid_argument(fmt::format("--torch-script {}: no such file", f.torch_script));
+
+    const double ceiling = bench::sgemm_ceiling_gflops();
+    if (!f.json) print_header(ceiling, f);
+    for (const auto& [m, b] : rows) {
+      Row r;
+      r.model = m;
+      r.batch = b;
+      r.gflop = 3 * 2 * count_layers(m).macs * double(b) / 1e9;
+      r.rf = time_ringflow(m, b, f);
+      if (!f.no_torch) {
+        r.torch = run_torch(m, b, f, false);
+        r.torch_tunable = run_torch(m, b, f, true);
+      }
+      f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "train_step: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
