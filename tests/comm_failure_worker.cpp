@@ -100,6 +100,10 @@ int exit_early(bool finalize) {
   MpiProcessGroup pg(MPI_COMM_WORLD, options);
   Tensor t = full({7}, 1.0, DType::f32);
   pg.allreduce(t, with_timeout(std::chrono::seconds(30)))->wait();  // #0: everyone
+  // The survivors wait for each other before exiting: the first exit makes mpiexec kill
+  // the rest, and under load a survivor may still be inside its timeout then.
+  MPI_Comm survivors = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank == size - 1 ? MPI_UNDEFINED : 0, rank, &survivors);
   if (rank == size - 1) {
     std::printf("rank %d: leaving early (%s)\n", rank,
                 finalize ? "MPI_Finalize, exit 0" : "_Exit(1), no MPI_Finalize");
@@ -110,6 +114,7 @@ int exit_early(bool finalize) {
   const auto start = Clock::now();
   auto work = pg.allreduce(t, with_timeout(std::chrono::seconds(3)));  // #1
   const bool failed = report(rank, *work, start);
+  MPI_Barrier(survivors);
   // The survivors exit non-zero with the message above, never hang.
   std::exit(failed ? 3 : 0);
 }
