@@ -11,6 +11,7 @@ const Backend& cpu_backend() {
   static const Backend table = [] {
     Backend b = reference_backend();
     b.name = "cpu";
+    b.prefers_channels_last = true;
     b.allocate = cpu_allocate;
     b.deallocate = cpu_deallocate;
     b.copy = cpu::copy;
