@@ -245,6 +245,13 @@ TEST_CASE("conv2d forward / backward-data / backward-weights match the reference
       if (!check_conv(c, rng)) ++failed;
     }
   }
+  // Large enough that im2col + sgemm backward-weights (conv_gemm.cpp) runs in two chunks.
+  {
+    ConvCase c{40, 512, 8, 4, 4, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    ++cases;
+    if (!check_conv(c, rng)) ++failed;
+  }
   MESSAGE(cases << " conv cases");
   CHECK(failed == 0);
 }

@@ -133,6 +133,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
 
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p) {
+  if (conv_gemm_backward_weights(dw, db, dy, x, p)) return;
   if (!conv_ok(dy, x, dy) || dw.dim() != 4 || !dnnl_friendly({&dw}) ||
       (db && !dnnl_friendly({db}))) {
     return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
