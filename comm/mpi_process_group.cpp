@@ -36,6 +36,18 @@
 // for the dead peer, and the timeout fails their collective naming it (checking mode).
 // A rank that calls MPI_Finalize and returns early is the same as one that skips the
 // collective: the others fail at the timeout, naming it in checking mode.
+//
+// Note [CUDA tensors over MPI]: our algorithms and MPI's collectives work on host memory,
+// so a CUDA tensor is staged: on the communication thread, just before the collective, the
+// tensors it reads are copied device -> host into the group's staging area, and after it
+// the tensors it writes are copied back host -> device (copy_between_devices, which runs on
+// the device's legacy default stream, the one every ringflow kernel runs on: the copy out
+// starts after the kernels the caller queued before issuing the collective, and the Work
+// completes only once the copy back has finished). The staging area is page-locked
+// (allocate_pinned_host), one block for all the tensors of a collective, kept and grown
+// (by half again, in MiB) for the life of the group: cudaHostAlloc and cudaFreeHost are
+// slow, and cudaFreeHost waits for the whole device. A broken group never frees it (see
+// Note [timeouts]: MPI may still write into it). Only the comm thread touches it.
 #include "comm/mpi_process_group.h"
 
 #include <algorithm>
@@ -48,6 +60,7 @@
 #include "comm/allreduce.h"
 #include "comm/mpi_transport.h"
 #include "framework/error.h"
+#include "kernels/cuda_copy.h"
 
 namespace ringflow::comm {
 namespace {
@@ -142,19 +155,19 @@ bool is_16bit(DType d) { return d == DType::f16 || d == DType::bf16; }
 
 // f16/bf16 <-> f32 for MPI reductions: MPICH 4.0 has no 16-bit float type to reduce, so
 // the data is widened to f32, reduced by MPI in f32 and rounded back once (see reduce()).
-std::vector<float> widen(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  const auto* bits = static_cast<const uint16_t*>(t.raw_data());
-  const bool half = t.dtype() == DType::f16;
+std::vector<float> widen(Buffer b) {
+  std::vector<float> out(static_cast<size_t>(b.count));
+  const auto* bits = static_cast<const uint16_t*>(b.data);
+  const bool half = b.dtype == DType::f16;
   for (size_t i = 0; i < out.size(); ++i) {
     out[i] = half ? half_bits_to_float(bits[i]) : bf16_bits_to_float(bits[i]);
   }
   return out;
 }
 
-void narrow_into(const Tensor& t, const std::vector<float>& values) {
-  auto* bits = static_cast<uint16_t*>(t.raw_data());
-  const bool half = t.dtype() == DType::f16;
+void narrow_into(Buffer b, const std::vector<float>& values) {
+  auto* bits = static_cast<uint16_t*>(b.data);
+  const bool half = b.dtype == DType::f16;
   for (size_t i = 0; i < values.size(); ++i) {
     bits[i] = half ? float_to_half_bits(values[i]) : float_to_bf16_bits(values[i]);
   }
@@ -222,7 +235,15 @@ struct MpiProcessGroup::Op {
   Fingerprint fp;
   Timeout timeout{};
   Clock::time_point deadline{};
+  std::vector<Arg> args;  // the tensors; bodies use host(i), never the tensors themselves
   Body body;
+
+  // The host memory of argument i (Note [CUDA tensors over MPI]).
+  Buffer host(size_t i) const {
+    const Arg& a = args.at(i);
+    if (!a.tensor.defined()) return {nullptr, 0, DType::f32};
+    return {a.host, a.tensor.numel(), a.tensor.dtype()};
+  }
 };
 
 MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options)
@@ -253,6 +274,11 @@ MpiProcessGroup::~MpiProcessGroup() {
   // as they would if MPI gave a freed communicator's context id to a new one.
   if (!broken_.empty()) return;
   for (MPI_Comm* c : {&comm_, &algo_comm_, &check_comm_}) MPI_Comm_free(c);
+  free_pinned_host(staging_);  // Note [CUDA tensors over MPI]: kept when broken
+}
+
+void MpiProcessGroup::check_device(const char*, const char*, Device) const {
+  // The CPU, or any CUDA device: staged through host memory (Note [CUDA tensors over MPI]).
 }
 
 std::string MpiProcessGroup::broken_reason() const {
@@ -279,10 +305,11 @@ std::shared_ptr<Work> MpiProcessGroup::enqueue(std::shared_ptr<Op> op,
 
 std::shared_ptr<Work> MpiProcessGroup::enqueue_collective(Fingerprint fp,
                                                           const CollectiveOptions& options,
-                                                          Body body) {
+                                                          std::vector<Arg> args, Body body) {
   auto op = std::make_shared<Op>();
   op->fp = fp;
   op->timeout = options.timeout;
+  op->args = std::move(args);
   op->body = std::move(body);
   return enqueue(std::move(op), [&](int64_t seq) {
     fp.seq = seq;
@@ -338,7 +365,9 @@ void MpiProcessGroup::run(Op& op) {
   }
   try {
     work.set_status("running");
+    stage_in(op);
     op.body(op);
+    stage_out(op);
     work.finish();
   } catch (const std::exception& e) {
     // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
@@ -347,6 +376,76 @@ void MpiProcessGroup::run(Op& op) {
       if (broken_.empty()) broken_ = cat(work.description(), " failed on rank ", rank_, ": ", e.what());
     }
     work.finish(std::current_exception());
+  }
+}
+
+// ---------------------------------------------------------------- CUDA tensors
+
+namespace {
+
+size_t nbytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); }
+
+// Each staged tensor's block starts on a 64-byte boundary.
+size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// t's elements at `host`, laid out as t (contiguous).
+View host_view(const Tensor& t, void* host) {
+  View v = t.kernel_view();
+  v.data = host;
+  v.storage_id = nullptr;
+  v.version = 0;
+  return v;
+}
+
+}  // namespace
+
+// Note [CUDA tensors over MPI]: points every argument at host memory, copying the CUDA
+// tensors that the collective reads into the staging area.
+void MpiProcessGroup::stage_in(Op& op) {
+  size_t need = 0;
+  for (const Arg& a : op.args) {
+    if (a.staged()) need += padded(nbytes(a.tensor));
+  }
+  if (need > staging_bytes_) {
+    constexpr size_t kMiB = size_t{1} << 20;
+    const size_t grown = std::max(need, staging_bytes_ + staging_bytes_ / 2);
+    const size_t bytes = (grown + kMiB - 1) / kMiB * kMiB;
+    op.work->set_status(cat("allocating ", bytes, " bytes of pinned host memory for staging"));
+    free_pinned_host(staging_);
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    staging_ = allocate_pinned_host(bytes);
+    staging_bytes_ = bytes;
+  }
+  size_t at = 0;
+  for (Arg& a : op.args) {
+    if (!a.tensor.defined()) continue;
+    if (!a.staged()) {
+      a.host = a.tensor.device().is_cpu() ? a.tensor.raw_data() : nullptr;
+      continue;
+    }
+    a.host = static_cast<char*>(staging_) + at;
+    at += padded(nbytes(a.tensor));
+    if (!a.in) continue;
+    op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes ", a.tensor.device().str(),
+                            " -> host"));
+    copy_between_devices(host_view(a.tensor, a.host), Device::cpu(), a.tensor.kernel_view(),
+                         a.tensor.device());
+  }
+}
+
+// Copies the staged tensors that the collective wrote back to their devices, and bumps the
+// version of every tensor it wrote.
+void MpiProcessGroup::stage_out(Op& op) {
+  for (const Arg& a : op.args) {
+    if (!a.tensor.defined() || !a.out) continue;
+    if (a.staged()) {
+      op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes host -> ",
+                              a.tensor.device().str()));
+      copy_between_devices(a.tensor.kernel_view(), a.tensor.device(), host_view(a.tensor, a.host),
+                           Device::cpu());
+    }
+    mark(a.tensor);
   }
 }
 
@@ -485,42 +584,46 @@ MpiProcessGroup::Fingerprint make_fp(Kind kind, DType dtype, int64_t count,
 }
 
 }  // namespace
+// Each body works on op.host(i), the host memory of argument i: the tensor itself on the
+// CPU, its staged copy for a CUDA tensor (Note [CUDA tensors over MPI]). The Arg flags say
+// which arguments the collective reads (in) and writes (out) on this rank; run() stages
+// them and bumps the version of every tensor written.
 
 std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const CollectiveOptions& o) {
   check_count("broadcast", t.numel());
+  const bool root = rank_ == o.root;
   return enqueue_collective(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
-                            [this, t, root = o.root](Op& op) {
+                            {{t, /*in=*/root, /*out=*/!root}}, [this, root = o.root](Op& op) {
+    const Buffer b = op.host(0);
     std::vector<MPI_Request> req(1);
-    RF_CHECK_MPI(MPI_Ibcast(t.raw_data(), static_cast<int>(t.numel()), transfer_type(t.dtype()),
-                            root, comm_, &req[0]));
+    RF_CHECK_MPI(MPI_Ibcast(b.data, static_cast<int>(b.count), transfer_type(b.dtype), root,
+                            comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Ibcast");
-    if (rank_ != root) mark(t);
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const CollectiveOptions& o) {
   check_count("reduce", t.numel());
+  const bool root = rank_ == o.root;
   return enqueue_collective(make_fp(Kind::reduce, t.dtype(), t.numel(), o), o,
-                            [this, t, o](Op& op) {
-    const bool root = rank_ == o.root;
-    const int count = static_cast<int>(t.numel());
+                            {{t, /*in=*/true, /*out=*/root}}, [this, o, root](Op& op) {
+    const Buffer b = op.host(0);
+    const int count = static_cast<int>(b.count);
     std::vector<MPI_Request> req(1);
-    if (is_16bit(t.dtype())) {
-      std::vector<float> wide = widen(t);
+    if (is_16bit(b.dtype)) {
+      std::vector<float> wide = widen(b);
       RF_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : wide.data(), wide.data(), count, MPI_FLOAT,
                                mpi_op(o.op), o.root, comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce");
       if (!root) return;
       if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size_);
-      narrow_into(t, wide);
+      narrow_into(b, wide);
     } else {
-      RF_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : t.raw_data(), t.raw_data(), count,
-                               transfer_type(t.dtype()), mpi_op(o.op), o.root, comm_, &req[0]));
+      RF_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : b.data, b.data, count,
+                               transfer_type(b.dtype), mpi_op(o.op), o.root, comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce");
-      if (!root) return;
-      if (o.op == ReduceOp::avg) finish_average({t.raw_data(), count, t.dtype()}, size_);
+      if (root && o.op == ReduceOp::avg) finish_average(b, size_);
     }
-    mark(t);
   });
 }
 
@@ -532,35 +635,34 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
     algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size_);
   }
   fp.algorithm = static_cast<int32_t>(algo);
-  return enqueue_collective(fp, o, [this, t, o, algo](Op& op) {
-    const int count = static_cast<int>(t.numel());
+  return enqueue_collective(fp, o, {{t, /*in=*/true, /*out=*/true}}, [this, o, algo](Op& op) {
+    const Buffer b = op.host(0);
+    const int count = static_cast<int>(b.count);
     if (algo == Algorithm::native) {
       std::vector<MPI_Request> req(1);
-      if (is_16bit(t.dtype())) {
-        std::vector<float> wide = widen(t);
+      if (is_16bit(b.dtype)) {
+        std::vector<float> wide = widen(b);
         RF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, mpi_op(o.op),
                                     comm_, &req[0]));
         wait_or_timeout(op, req, "MPI_Iallreduce");
         if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size_);
-        narrow_into(t, wide);
+        narrow_into(b, wide);
       } else {
-        RF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), count, transfer_type(t.dtype()),
+        RF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, b.data, count, transfer_type(b.dtype),
                                     mpi_op(o.op), comm_, &req[0]));
         wait_or_timeout(op, req, "MPI_Iallreduce");
-        if (o.op == ReduceOp::avg) finish_average({t.raw_data(), count, t.dtype()}, size_);
+        if (o.op == ReduceOp::avg) finish_average(b, size_);
       }
-      mark(t);
       return;
     }
     op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
     MpiTransport transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
-    const Buffer buf{t.raw_data(), t.numel(), t.dtype()};
     try {
       switch (algo) {
-        case Algorithm::naive: naive_allreduce(transport, buf, o.op, o.root); break;
-        case Algorithm::tree: tree_allreduce(transport, buf, o.op); break;
-        case Algorithm::recursive_doubling: recursive_doubling_allreduce(transport, buf, o.op); break;
-        case Algorithm::ring: ring_allreduce(transport, buf, o.op); break;
+        case Algorithm::naive: naive_allreduce(transport, b, o.op, o.root); break;
+        case Algorithm::tree: tree_allreduce(transport, b, o.op); break;
+        case Algorithm::recursive_doubling: recursive_doubling_allreduce(transport, b, o.op); break;
+        case Algorithm::ring: ring_allreduce(transport, b, o.op); break;
         default: RF_CHECK(false, "allreduce: unhandled algorithm ", algorithm_name(algo));
       }
     } catch (const std::exception& e) {
@@ -570,7 +672,6 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
       broken_ = reason;
       throw CommError(reason);
     }
-    mark(t);
   });
 }
 
@@ -578,13 +679,14 @@ std::shared_ptr<Work> MpiProcessGroup::do_allgather(const Tensor& out, const Ten
                                                     const CollectiveOptions& o) {
   check_count("allgather", out.numel());
   return enqueue_collective(make_fp(Kind::allgather, in.dtype(), in.numel(), o), o,
-                            [this, out, in](Op& op) {
-    const MPI_Datatype type = transfer_type(in.dtype());
-    const int m = static_cast<int>(in.numel());
+                            {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
+                            [this](Op& op) {
+    const Buffer o = op.host(0), i = op.host(1);
+    const MPI_Datatype type = transfer_type(i.dtype);
+    const int m = static_cast<int>(i.count);
     std::vector<MPI_Request> req(1);
-    RF_CHECK_MPI(MPI_Iallgather(in.raw_data(), m, type, out.raw_data(), m, type, comm_, &req[0]));
+    RF_CHECK_MPI(MPI_Iallgather(i.data, m, type, o.data, m, type, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iallgather");
-    mark(out);
   });
 }
 
@@ -592,62 +694,66 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
                                                          const CollectiveOptions& o) {
   check_count("reduce_scatter", in.numel());
   return enqueue_collective(make_fp(Kind::reduce_scatter, out.dtype(), out.numel(), o), o,
-                            [this, out, in, o](Op& op) {
-    const int m = static_cast<int>(out.numel());
+                            {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
+                            [this, o](Op& op) {
+    const Buffer ob = op.host(0), ib = op.host(1);
+    const int m = static_cast<int>(ob.count);
     std::vector<MPI_Request> req(1);
-    if (is_16bit(in.dtype())) {
-      std::vector<float> wide_in = widen(in);
+    if (is_16bit(ib.dtype)) {
+      std::vector<float> wide_in = widen(ib);
       std::vector<float> wide_out(static_cast<size_t>(m));
       RF_CHECK_MPI(MPI_Ireduce_scatter_block(wide_in.data(), wide_out.data(), m, MPI_FLOAT,
                                              mpi_op(o.op), comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce_scatter_block");
       if (o.op == ReduceOp::avg) finish_average({wide_out.data(), m, DType::f32}, size_);
-      narrow_into(out, wide_out);
+      narrow_into(ob, wide_out);
     } else {
-      RF_CHECK_MPI(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), m,
-                                             transfer_type(in.dtype()), mpi_op(o.op), comm_,
-                                             &req[0]));
+      RF_CHECK_MPI(MPI_Ireduce_scatter_block(ib.data, ob.data, m, transfer_type(ib.dtype),
+                                             mpi_op(o.op), comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce_scatter_block");
-      if (o.op == ReduceOp::avg) finish_average({out.raw_data(), m, out.dtype()}, size_);
+      if (o.op == ReduceOp::avg) finish_average(ob, size_);
     }
-    mark(out);
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_gather(const Tensor& out, const Tensor& in,
                                                  const CollectiveOptions& o) {
   check_count("gather", in.numel());
+  const bool root = rank_ == o.root;
   return enqueue_collective(make_fp(Kind::gather, in.dtype(), in.numel(), o), o,
-                            [this, out, in, root = o.root](Op& op) {
-    const MPI_Datatype type = transfer_type(in.dtype());
-    const int m = static_cast<int>(in.numel());
-    void* recv = rank_ == root ? out.raw_data() : nullptr;
+                            {{out, /*in=*/false, /*out=*/root}, {in, /*in=*/true, /*out=*/false}},
+                            [this, root = o.root](Op& op) {
+    const Buffer ob = op.host(0), ib = op.host(1);
+    const MPI_Datatype type = transfer_type(ib.dtype);
+    const int m = static_cast<int>(ib.count);
+    void* recv = rank_ == root ? ob.data : nullptr;
     std::vector<MPI_Request> req(1);
-    RF_CHECK_MPI(MPI_Igather(in.raw_data(), m, type, recv, m, type, root, comm_, &req[0]));
+    RF_CHECK_MPI(MPI_Igather(ib.data, m, type, recv, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Igather");
-    if (rank_ == root) mark(out);
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_scatter(const Tensor& out, const Tensor& in,
                                                   const CollectiveOptions& o) {
   check_count("scatter", out.numel());
+  const bool root = rank_ == o.root;
   return enqueue_collective(make_fp(Kind::scatter, out.dtype(), out.numel(), o), o,
-                            [this, out, in, root = o.root](Op& op) {
-    const MPI_Datatype type = transfer_type(out.dtype());
-    const int m = static_cast<int>(out.numel());
-    const void* send = rank_ == root ? in.raw_data() : nullptr;
+                            {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/root, /*out=*/false}},
+                            [this, root = o.root](Op& op) {
+    const Buffer ob = op.host(0), ib = op.host(1);
+    const MPI_Datatype type = transfer_type(ob.dtype);
+    const int m = static_cast<int>(ob.count);
+    const void* send = rank_ == root ? ib.data : nullptr;
     std::vector<MPI_Request> req(1);
-    RF_CHECK_MPI(MPI_Iscatter(send, m, type, out.raw_data(), m, type, root, comm_, &req[0]));
+    RF_CHECK_MPI(MPI_Iscatter(send, m, type, ob.data, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iscatter");
-    mark(out);
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_barrier(const CollectiveOptions& o) {
   Fingerprint fp;
   fp.kind = static_cast<int32_t>(Kind::barrier);
-  return enqueue_collective(fp, o, [this](Op& op) {
+  return enqueue_collective(fp, o, {}, [this](Op& op) {
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Ibarrier(comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Ibarrier");
@@ -660,14 +766,16 @@ std::shared_ptr<Work> MpiProcessGroup::do_send(const Tensor& t, int peer, int ta
   auto op = std::make_shared<Op>();
   op->collective = false;
   op->timeout = o.timeout;
+  op->args = {{t, /*in=*/true, /*out=*/false}};
   const auto describe_op = [&](int64_t seq) {
     return cat("send #", seq, " to rank ", peer, " (", dtype_name(t.dtype()), ", ", t.numel(),
                " elements, tag ", tag, ")");
   };
-  op->body = [this, t, peer, tag](Op& op) {
+  op->body = [this, peer, tag](Op& op) {
+    const Buffer b = op.host(0);
     std::vector<MPI_Request> req(1);
-    RF_CHECK_MPI(MPI_Isend(t.raw_data(), static_cast<int>(t.numel()), transfer_type(t.dtype()),
-                           peer, tag, comm_, &req[0]));
+    RF_CHECK_MPI(MPI_Isend(b.data, static_cast<int>(b.count), transfer_type(b.dtype), peer, tag,
+                           comm_, &req[0]));
     wait_or_timeout(op, req, cat("MPI_Isend to rank ", peer).c_str());
   };
   return enqueue(std::move(op), describe_op);
@@ -679,15 +787,16 @@ std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int ta
   auto op = std::make_shared<Op>();
   op->collective = false;
   op->timeout = o.timeout;
+  op->args = {{t, /*in=*/false, /*out=*/true}};
   const auto describe_op = [&](int64_t seq) {
     return cat("recv #", seq, " from rank ", peer, " (", dtype_name(t.dtype()), ", ", t.numel(),
                " elements, tag ", tag, ")");
   };
-  op->body = [this, t, peer, tag](Op& op) {
+  op->body = [this, peer, tag](Op& op) {
+    const Buffer b = op.host(0);
     std::vector<MPI_Request> req(1);
-    const int count = static_cast<int>(t.numel());
-    RF_CHECK_MPI(MPI_Irecv(t.raw_data(), count, transfer_type(t.dtype()), peer, tag, comm_,
-                           &req[0]));
+    const int count = static_cast<int>(b.count);
+    RF_CHECK_MPI(MPI_Irecv(b.data, count, transfer_type(b.dtype), peer, tag, comm_, &req[0]));
     // A message that never comes can be cancelled, unlike a collective.
     MPI_Status status;
     const std::vector<int> peers{peer};
@@ -700,12 +809,11 @@ std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int ta
                           " sent nothing"));
     }
     int got = 0;
-    MPI_Get_count(&status, transfer_type(t.dtype()), &got);
+    MPI_Get_count(&status, transfer_type(b.dtype), &got);
     if (got != count) {
       throw CommError(cat(op.work->description(), " on rank ", rank_, ": rank ", peer,
                           " sent ", got, " elements; the sender and receiver must agree"));
     }
-    mark(t);
   };
   return enqueue(std::move(op), describe_op);
 }

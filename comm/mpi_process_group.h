@@ -13,6 +13,12 @@
 //
 // Timeouts: see Note [timeouts] in mpi_process_group.cpp.
 //
+// CUDA tensors: taken too, and staged through page-locked host memory on the communication
+// thread (copied to the host before the collective and back after it), so that our
+// algorithms and MPI's own collectives run on device buffers; see Note [CUDA tensors over
+// MPI] in mpi_process_group.cpp. The ranks may share one GPU. NcclProcessGroup
+// (comm/nccl_process_group.h) moves device memory directly, one GPU per rank.
+//
 // Reductions of f16/bf16: with Algorithm::native (and for reduce, reduce_scatter) the
 // tensor is widened to f32, reduced by MPI in f32 and rounded back once (MPICH 4.0 has no
 // 16-bit float type); our algorithms (naive, tree, recursive doubling, ring) add in f32
@@ -68,6 +74,16 @@ class MpiProcessGroup final : public ProcessGroup {
   // Empty while usable; the reason once a collective timed out (see the contract).
   std::string broken_reason() const;
 
+  // A tensor argument of a collective and the host memory that MPI reads and writes for it:
+  // the tensor's own for a CPU tensor, a block of the staging area for a CUDA tensor.
+  struct Arg {
+    Tensor tensor;         // undefined: none on this rank (gather's output off the root)
+    bool in = false;       // read by the collective on this rank
+    bool out = false;      // written by it on this rank
+    void* host = nullptr;  // set by stage_in
+    bool staged() const { return tensor.defined() && tensor.device().is_cuda() && (in || out); }
+  };
+
   struct Fingerprint {
     int32_t kind = 0;       // Kind
     int32_t op = 0;         // ReduceOp
@@ -81,6 +97,7 @@ class MpiProcessGroup final : public ProcessGroup {
   };
 
  protected:
+  void check_device(const char* what, const char* role, Device device) const override;
   std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
   std::shared_ptr<Work> do_reduce(const Tensor& tensor, const CollectiveOptions&) override;
   std::shared_ptr<Work> do_allreduce(const Tensor& tensor, const CollectiveOptions&) override;
@@ -102,11 +119,13 @@ class MpiProcessGroup final : public ProcessGroup {
   struct Op;
   using Body = std::function<void(Op&)>;
   std::shared_ptr<Work> enqueue_collective(Fingerprint fp, const CollectiveOptions& options,
-                                           Body body);
+                                           std::vector<Arg> args, Body body);
   std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
                                 const std::function<std::string(int64_t seq)>& describe_op);
   void run_loop();
   void run(Op& op);
+  void stage_in(Op& op);   // CUDA tensors the collective reads -> the staging area
+  void stage_out(Op& op);  // the staging area -> CUDA tensors it wrote
   void exchange_fingerprints(Op& op);
   // Polls the requests (MPI_Testsome) until all complete or the op's deadline passes;
   // returns the indices still incomplete (empty: all done). statuses (optional, one per
@@ -130,6 +149,8 @@ class MpiProcessGroup final : public ProcessGroup {
   bool stopping_ = false;
   std::string broken_;                      // comm thread writes, under mutex_
   std::vector<MPI_Request> abandoned_;      // requests of timed-out collectives
+  void* staging_ = nullptr;                 // pinned host memory; comm thread only
+  size_t staging_bytes_ = 0;
   std::thread thread_;
 };
 

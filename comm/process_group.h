@@ -2,17 +2,19 @@
 //
 // The contract (every backend keeps it; see Note [collective order]):
 //  - Collectives are asynchronous: each call checks its arguments, queues the collective
-//    and returns a Work handle at once; the tensors are read and written later, on the
-//    backend's communication thread, until the Work completes. The caller must not touch
-//    them before wait() (the Work keeps their storage alive).
+//    and returns a Work handle at once; the tensors are read and written later (on the
+//    backend's communication thread, or its CUDA stream) until the Work completes. The
+//    caller must not touch them before wait() (the Work keeps their storage alive).
 //  - Membership is fixed: rank() and size() never change for the life of the group.
 //  - Every rank issues the same collectives in the same order, with matching dtypes and
 //    counts (checking mode verifies this at run time). send/recv pairs must be issued in
 //    matching order too, as with blocking MPI_Send/MPI_Recv.
 //  - Collectives run in issue order, one at a time; their Works complete in that order.
-//  - Tensors are CPU, contiguous, of dtype f32, f64, f16, bf16, i32 or i64, of any count
-//    including 0. f16/bf16 reduce with f32 accumulation. Anything else throws
-//    std::invalid_argument at the call, before anything is queued.
+//  - Tensors are contiguous, of dtype f32, f64, f16, bf16, i32 or i64, of any count
+//    including 0, on a device the backend takes (MPI: the CPU, or a CUDA device, staged
+//    through host memory; NCCL: the group's CUDA device); the tensors of one call share a
+//    device. f16/bf16 reduce with f32 accumulation (NCCL: see its header). Anything else
+//    throws std::invalid_argument at the call, before anything is queued.
 //  - A collective that does not complete within options.timeout fails its Work with a
 //    CommError naming the collective, its sequence number and, where knowable, the ranks
 //    that did not arrive. A group whose collective timed out or failed part-way is broken:
@@ -73,6 +75,9 @@ class ProcessGroup {
 
  protected:
   ProcessGroup() = default;
+  // Throws std::invalid_argument naming `what` and `role` unless this backend takes tensors
+  // on `device`. Called for every tensor argument before do_*. The default takes the CPU.
+  virtual void check_device(const char* what, const char* role, Device device) const;
   // Called after the arguments were checked against the contract above (including the
   // sizes that one rank can check: output = size() * input, root and peer in range).
   virtual std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) = 0;

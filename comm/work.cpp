@@ -43,12 +43,15 @@ bool Work::is_completed() const {
   return completed_;
 }
 
+// Both ask is_completed() first: a backend may only find out there (NCCL polls an event).
 bool Work::is_success() const {
+  if (!is_completed()) return false;
   std::lock_guard lock(mutex_);
-  return completed_ && !error_;
+  return !error_;
 }
 
 std::exception_ptr Work::exception() const {
+  is_completed();
   std::lock_guard lock(mutex_);
   return error_;
 }

@@ -1,6 +1,7 @@
 // Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
-// no CUDA table, no devices (with the reason), and cross-device copies throw.
+// no CUDA table, no devices (with the reason); cross-device copies and pinned memory throw.
 #include <stdexcept>
+#include <string>
 
 #include "kernels/backend.h"
 #include "kernels/cuda_copy.h"
@@ -23,5 +24,16 @@ void copy_between_devices(const View& dst, Device dst_device, const View& src,
   if (dst_device.is_cpu() && src_device.is_cpu()) return cpu_backend().copy(dst, src);
   throw std::runtime_error("copy " + src_device.str() + " -> " + dst_device.str() + ": " + kWhy);
 }
+
+void set_cuda_device(int index) {
+  throw std::runtime_error("set_cuda_device(" + std::to_string(index) + "): " + kWhy);
+}
+
+void* allocate_pinned_host(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  throw std::runtime_error(std::string("pinned host memory: ") + kWhy);
+}
+
+void free_pinned_host(void* /*ptr*/) noexcept {}  // allocate_pinned_host never returned any
 
 }  // namespace ringflow

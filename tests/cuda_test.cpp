@@ -165,6 +165,12 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
     CHECK_THROWS_WITH_AS(copy_between_devices(host, Device::cuda(), host, Device::cpu()),
                          doctest::Contains("ringflow was built without CUDA"),
                          std::runtime_error);
+    CHECK(allocate_pinned_host(0) == nullptr);
+    CHECK_THROWS_WITH_AS(allocate_pinned_host(64), doctest::Contains("built without CUDA"),
+                         std::runtime_error);
+    free_pinned_host(nullptr);
+    CHECK_THROWS_WITH_AS(set_cuda_device(0), doctest::Contains("built without CUDA"),
+                         std::runtime_error);
     return;
   }
   CHECK(std::string(cuda->name) == "cuda");
@@ -174,10 +180,22 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
   CHECK(bool(cuda->copy));
   CHECK(bool(cuda->fill));
   CHECK_FALSE(bool(cuda->matmul));  // not yet: dispatch throws "not implemented on cuda"
+  CHECK(allocate_pinned_host(0) == nullptr);
+  free_pinned_host(nullptr);
   if (count == 0) {
     MESSAGE("CUDA build, no device: " << why);
     CHECK(why.find("cudaGetDeviceCount") != std::string::npos);
     CHECK(why.find("(error ") != std::string::npos);
+    // Page-locked memory needs a driver too: the failure names the call.
+    CHECK_THROWS_WITH_AS(allocate_pinned_host(64), doctest::Contains("cudaHostAlloc"),
+                         std::runtime_error);
+    CHECK_THROWS_WITH_AS(set_cuda_device(0), doctest::Contains("cudaSetDevice(0) failed"),
+                         std::runtime_error);
+  } else {
+    set_cuda_device(count - 1);
+    set_cuda_device(0);
+    CHECK_THROWS_WITH_AS(set_cuda_device(count), doctest::Contains("cudaSetDevice"),
+                         std::runtime_error);
   }
   // Shape checks come before any CUDA call, so they hold without a device too.
   float x[2] = {};
@@ -212,6 +230,22 @@ TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
     CHECK(msg.find("cudaMalloc") != std::string::npos);
     CHECK(msg.find("CUDA error") != std::string::npos);
   }
+}
+
+TEST_CASE("pinned host memory: device -> pinned -> device keeps the bits" *
+          doctest::skip(kNoDevice)) {
+  const int64_t n = (int64_t{1} << 20) + 7;
+  HostBuf src = host_values(DType::f32, n, [](int64_t i) { return 0.5 * i - 7; });
+  DeviceBuf dev(DType::f32, n), back(DType::f32, n);
+  upload(dev, src);
+  void* pinned = allocate_pinned_host(n * sizeof(float));
+  REQUIRE(pinned != nullptr);
+  const View staged = make_view(pinned, DType::f32, {n});
+  copy_between_devices(staged, Device::cpu(), dev.flat(), Device::cuda());
+  copy_between_devices(back.flat(), Device::cuda(), staged, Device::cpu());
+  CHECK(std::memcmp(pinned, src.mem.data(), src.mem.size()) == 0);
+  CHECK(first_mismatch(download(back), src) == -1);
+  free_pinned_host(pinned);
 }
 
 TEST_CASE("fill every dtype, contiguous and strided, as the reference does" *

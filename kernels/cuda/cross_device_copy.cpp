@@ -4,7 +4,9 @@
 // host by the CPU backend, or gathered on the device by cuda::copy, around a dense copy.
 // Host copies run on the default stream and synchronize it before returning (Note [CUDA
 // streams] in cuda_kernels.h); cudaMemcpyPeer orders itself with both devices' work.
+// Also the pinned host memory of cuda_copy.h (staging buffers for such copies).
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -152,6 +154,22 @@ void copy_between_devices(const View& dst, Device dst_device, const View& src,
     return cuda::copy(dst, src);
   }
   device_to_device(dst, dst_device.index, src, src_device.index);
+}
+
+void* allocate_pinned_host(size_t nbytes) {
+  void* ptr = nullptr;
+  if (nbytes > 0) RF_CHECK_CUDA(cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable));
+  return ptr;
+}
+
+void free_pinned_host(void* ptr) noexcept {
+  if (!ptr) return;
+  const cudaError_t status = cudaFreeHost(ptr);
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  if (status != cudaErrorCudartUnloading)
+    std::fprintf(stderr, "ringflow: cudaFreeHost(%p) failed: %s (CUDA error %d)\n", ptr,
+                 cudaGetErrorString(status), static_cast<int>(status));
 }
 
 }  // namespace ringflow

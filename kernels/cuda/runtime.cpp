@@ -1,8 +1,12 @@
 // cuda_device_count() for builds with CUDA: asks the runtime, and turns "no driver"
-// (error 35 on machines with only the stub libcuda) into 0 devices plus a reason.
+// (error 35 on machines with only the stub libcuda) into 0 devices plus a reason; and
+// set_cuda_device().
 #include "kernels/cuda_devices.h"
 
 #include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
 
 namespace ringflow {
 
@@ -18,6 +22,15 @@ int cuda_device_count(std::string* why) {
   }
   if (count == 0 && why) *why = "cudaGetDeviceCount: no CUDA device found";
   return count;
+}
+
+void set_cuda_device(int index) {
+  const cudaError_t status = cudaSetDevice(index);
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw std::runtime_error("cudaSetDevice(" + std::to_string(index) + ") failed: " +
+                           cudaGetErrorString(status) + " (CUDA error " +
+                           std::to_string(static_cast<int>(status)) + ")");
 }
 
 }  // namespace ringflow
