@@ -1,0 +1,131 @@
+// Run by bench/cluster, one rank per emulated host (tests/meson.build): checks that MPI
+// sees hosts of their own that talk TCP over the shaped links (so that what the cluster
+// benchmarks measure is the network), and that every allreduce algorithm gives the right
+// result over those links at sizes where the links dominate: closed forms (rank r
+// contributes (r+1) * k_i, k_i = 1 + i % 7, so a sum is n(n+1)/2 * k_i), and MPI's own
+// result on random integers (exact whatever the order of the additions). The script's
+// --verify-traffic then checks that the bytes went over the veth links. Under a plain
+// `mpiexec -n 2` the first test case fails: run it through bench/cluster.
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_process_group.h"
+#include "framework/ringflow.h"
+
+// Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
+namespace ringflow::comm {
+
+namespace {
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::native, Algorithm::naive, Algorithm::tree,
+                                     Algorithm::recursive_doubling, Algorithm::ring};
+
+// A failing collective reports within this instead of hanging the test.
+CollectiveOptions opts(Algorithm algo) {
+  CollectiveOptions o;
+  o.algorithm = algo;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+MpiProcessGroupOptions checking() {
+  MpiProcessGroupOptions o;
+  o.checking = true;
+  return o;
+}
+
+double k_of(int64_t i) { return static_cast<double>(1 + i % 7); }
+
+}  // namespace
+
+TEST_CASE("every rank runs on a host of its own and talks TCP") {
+  int n = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  INFO("run this test through bench/cluster (one rank per emulated host)");
+
+  // MPICH's node map: ranks on one node would share memory instead of using the links.
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  CHECK(node_size == 1);
+
+  // bench/cluster names each host after its namespace.
+  std::vector<char> names(static_cast<size_t>(n) * MPI_MAX_PROCESSOR_NAME, '\0');
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(mine, &length);
+  MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+  std::set<std::string> distinct;
+  for (int q = 0; q < n; ++q) distinct.insert(names.data() + q * MPI_MAX_PROCESSOR_NAME);
+  CHECK(static_cast<int>(distinct.size()) == n);
+
+  // UCX's shared-memory transports would reach across the namespaces (Note [one host,
+  // one node, TCP only] in bench/cluster).
+  const char* tls = std::getenv("UCX_TLS");
+  CHECK(std::string(tls != nullptr ? tls : "(unset)") == "tcp,self");
+}
+
+TEST_CASE("allreduce over the links: every algorithm, closed form, 4 B to 4 MB") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  struct Case { Tensor t; Algorithm a; std::shared_ptr<Work> w; };
+  std::vector<Case> cases;
+  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1} << 20}) {  // f32: up to 4 MB
+    for (Algorithm a : kAlgorithms) {
+      Tensor t = empty({count}, DType::f32);
+      float* p = t.data<float>();
+      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>((r + 1) * k_of(i));
+      cases.push_back({t, a, {}});
+    }
+  }
+  for (Case& c : cases) c.w = pg.allreduce(c.t, opts(c.a));
+  for (Case& c : cases) {
+    c.w->wait();
+    const float* p = c.t.data<float>();
+    const int64_t count = c.t.numel();
+    int64_t wrong = 0, first = -1;
+    for (int64_t i = 0; i < count; ++i) {
+      if (p[i] != static_cast<float>(n * (n + 1) / 2 * k_of(i))) {
+        if (wrong++ == 0) first = i;
+      }
+    }
+    INFO(std::string(algorithm_name(c.a)) << " count " << count << ": first wrong element "
+                                           << first);
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("allreduce over the links: every algorithm agrees with MPI_Allreduce, 8 MB") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  constexpr int64_t count = (int64_t{1} << 20) + 3;  // i64: 8 MB, not a multiple of n
+  std::mt19937_64 gen(99 + pg.rank());
+  std::uniform_int_distribution<int64_t> dist(-1000000, 1000000);
+  Tensor base = empty({count}, DType::i64);
+  for (int64_t i = 0; i < count; ++i) base.data<int64_t>()[i] = dist(gen);
+
+  std::vector<int64_t> want(count);
+  MPI_Allreduce(base.data<int64_t>(), want.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                MPI_COMM_WORLD);
+  for (Algorithm a : kAlgorithms) {
+    Tensor t = base.clone();
+    pg.allreduce(t, opts(a))->wait();
+    const int64_t* p = t.data<int64_t>();
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < count; ++i) wrong += p[i] != want[i];
+    INFO(std::string(algorithm_name(a)));
+    CHECK(wrong == 0);
+  }
+}
+
+}  // namespace ringflow::comm
