@@ -167,6 +167,17 @@ void check_count(const char* what, int64_t count) {
 
 void mark(const Tensor& t) { t.storage()->bump_version(); }
 
+// Bytes per element on the wire: MPI reduces f16/bf16 widened to f32 (see widen()).
+int64_t wire_bytes(DType dtype, bool reduced) {
+  return reduced && is_16bit(dtype) ? 4 : static_cast<int64_t>(dtype_size(dtype));
+}
+
+// MPI's own collectives move what MPI's algorithm chooses; these are the models of
+// comm/traffic.h (m: elements per block).
+Traffic ring_block_traffic(int64_t m, int64_t esize, int n) {
+  return {(n - 1) * m * esize, (n - 1) * m * esize, false};  // allgather, reduce_scatter
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- MPI's lifecycle
@@ -329,6 +340,7 @@ void MpiProcessGroup::run(Op& op) {
     return;
   }
   op.deadline = Clock::now() + op.timeout;
+  work.mark_started();
   try {
     // A mismatch found here leaves the group usable: every rank sees it, none has started.
     if (options_.checking && op.collective && size_ > 1) exchange_fingerprints(op);
@@ -494,6 +506,8 @@ std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const Colle
     RF_CHECK_MPI(MPI_Ibcast(t.raw_data(), static_cast<int>(t.numel()), transfer_type(t.dtype()),
                             root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Ibcast");
+    op.work->set_traffic(broadcast_traffic(t.numel() * wire_bytes(t.dtype(), false), size_,
+                                           rank_, root));
     if (rank_ != root) mark(t);
   });
 }
@@ -504,6 +518,10 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
                             [this, t, o](Op& op) {
     const bool root = rank_ == o.root;
     const int count = static_cast<int>(t.numel());
+    // A binomial reduce: the broadcast's tree, traversed upwards.
+    const Traffic down = broadcast_traffic(t.numel() * wire_bytes(t.dtype(), true), size_,
+                                           rank_, o.root);
+    op.work->set_traffic({down.received, down.sent, false});
     std::vector<MPI_Request> req(1);
     if (is_16bit(t.dtype())) {
       std::vector<float> wide = widen(t);
@@ -535,6 +553,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
   return enqueue_collective(fp, o, [this, t, o, algo](Op& op) {
     const int count = static_cast<int>(t.numel());
     if (algo == Algorithm::native) {
+      op.work->set_traffic(allreduce_traffic(algo, t.numel(),
+                                             static_cast<size_t>(wire_bytes(t.dtype(), true)),
+                                             size_, rank_));
       std::vector<MPI_Request> req(1);
       if (is_16bit(t.dtype())) {
         std::vector<float> wide = widen(t);
@@ -570,6 +591,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
       broken_ = reason;
       throw CommError(reason);
     }
+    op.work->set_traffic(transport.traffic());
     mark(t);
   });
 }
@@ -584,6 +606,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allgather(const Tensor& out, const Ten
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iallgather(in.raw_data(), m, type, out.raw_data(), m, type, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iallgather");
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(in.dtype(), false), size_));
     mark(out);
   });
 }
@@ -594,6 +617,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
   return enqueue_collective(make_fp(Kind::reduce_scatter, out.dtype(), out.numel(), o), o,
                             [this, out, in, o](Op& op) {
     const int m = static_cast<int>(out.numel());
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(in.dtype(), true), size_));
     std::vector<MPI_Request> req(1);
     if (is_16bit(in.dtype())) {
       std::vector<float> wide_in = widen(in);
@@ -625,6 +649,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_gather(const Tensor& out, const Tensor
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Igather(in.raw_data(), m, type, recv, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Igather");
+    const int64_t block = int64_t{m} * wire_bytes(in.dtype(), false);
+    op.work->set_traffic(rank_ == root ? Traffic{0, (size_ - 1) * block, false}
+                                       : Traffic{block, 0, false});
     if (rank_ == root) mark(out);
   });
 }
@@ -640,6 +667,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_scatter(const Tensor& out, const Tenso
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iscatter(send, m, type, out.raw_data(), m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iscatter");
+    const int64_t block = int64_t{m} * wire_bytes(out.dtype(), false);
+    op.work->set_traffic(rank_ == root ? Traffic{(size_ - 1) * block, 0, false}
+                                       : Traffic{0, block, false});
     mark(out);
   });
 }
@@ -669,6 +699,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_send(const Tensor& t, int peer, int ta
     RF_CHECK_MPI(MPI_Isend(t.raw_data(), static_cast<int>(t.numel()), transfer_type(t.dtype()),
                            peer, tag, comm_, &req[0]));
     wait_or_timeout(op, req, cat("MPI_Isend to rank ", peer).c_str());
+    op.work->set_traffic({t.numel() * wire_bytes(t.dtype(), false), 0, /*measured=*/true});
   };
   return enqueue(std::move(op), describe_op);
 }
@@ -705,6 +736,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int ta
       throw CommError(cat(op.work->description(), " on rank ", rank_, ": rank ", peer,
                           " sent ", got, " elements; the sender and receiver must agree"));
     }
+    op.work->set_traffic({0, t.numel() * wire_bytes(t.dtype(), false), /*measured=*/true});
     mark(t);
   };
   return enqueue(std::move(op), describe_op);
