@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <unordered_set>
 
 #include "framework/autograd.h"
 #include "framework/ops.h"
@@ -162,8 +163,9 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   verify_same_model();
   broadcast_state();
   std::vector<Tensor> params;
+  std::unordered_set<const TensorImpl*> seen;  // a tied weight is synchronised once
   for (const auto& [name, p] : module_->named_parameters()) {
-    if (!p.requires_grad()) continue;
+    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
     params.push_back(p);
     names_.push_back(name);
   }
