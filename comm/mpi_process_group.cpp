@@ -180,6 +180,17 @@ void check_count(const char* what, int64_t count) {
 
 void mark(const Tensor& t) { t.storage()->bump_version(); }
 
+// Bytes per element on the wire: MPI reduces f16/bf16 widened to f32 (see widen()).
+int64_t wire_bytes(DType dtype, bool reduced) {
+  return reduced && is_16bit(dtype) ? 4 : static_cast<int64_t>(dtype_size(dtype));
+}
+
+// MPI's own collectives move what MPI's algorithm chooses; these are the models of
+// comm/traffic.h (m: elements per block).
+Traffic ring_block_traffic(int64_t m, int64_t esize, int n) {
+  return {(n - 1) * m * esize, (n - 1) * m * esize, false};  // allgather, reduce_scatter
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- MPI's lifecycle
@@ -356,6 +367,7 @@ void MpiProcessGroup::run(Op& op) {
     return;
   }
   op.deadline = Clock::now() + op.timeout;
+  work.mark_started();
   try {
     // A mismatch found here leaves the group usable: every rank sees it, none has started.
     if (options_.checking && op.collective && size_ > 1) exchange_fingerprints(op);
@@ -599,6 +611,8 @@ std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const Colle
     RF_CHECK_MPI(MPI_Ibcast(b.data, static_cast<int>(b.count), transfer_type(b.dtype), root,
                             comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Ibcast");
+    op.work->set_traffic(broadcast_traffic(b.count * wire_bytes(b.dtype, false), size_, rank_,
+                                           root));
   });
 }
 
@@ -609,6 +623,10 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
                             {{t, /*in=*/true, /*out=*/root}}, [this, o, root](Op& op) {
     const Buffer b = op.host(0);
     const int count = static_cast<int>(b.count);
+    // A binomial reduce: the broadcast's tree, traversed upwards.
+    const Traffic down = broadcast_traffic(b.count * wire_bytes(b.dtype, true), size_, rank_,
+                                           o.root);
+    op.work->set_traffic({down.received, down.sent, false});
     std::vector<MPI_Request> req(1);
     if (is_16bit(b.dtype)) {
       std::vector<float> wide = widen(b);
@@ -639,6 +657,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
     const Buffer b = op.host(0);
     const int count = static_cast<int>(b.count);
     if (algo == Algorithm::native) {
+      op.work->set_traffic(allreduce_traffic(algo, b.count,
+                                             static_cast<size_t>(wire_bytes(b.dtype, true)),
+                                             size_, rank_));
       std::vector<MPI_Request> req(1);
       if (is_16bit(b.dtype)) {
         std::vector<float> wide = widen(b);
@@ -672,6 +693,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
       broken_ = reason;
       throw CommError(reason);
     }
+    op.work->set_traffic(transport.traffic());
   });
 }
 
@@ -687,6 +709,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allgather(const Tensor& out, const Ten
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iallgather(i.data, m, type, o.data, m, type, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iallgather");
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(i.dtype, false), size_));
   });
 }
 
@@ -698,6 +721,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
                             [this, o](Op& op) {
     const Buffer ob = op.host(0), ib = op.host(1);
     const int m = static_cast<int>(ob.count);
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(ib.dtype, true), size_));
     std::vector<MPI_Request> req(1);
     if (is_16bit(ib.dtype)) {
       std::vector<float> wide_in = widen(ib);
@@ -730,6 +754,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_gather(const Tensor& out, const Tensor
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Igather(ib.data, m, type, recv, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Igather");
+    const int64_t block = int64_t{m} * wire_bytes(ib.dtype, false);
+    op.work->set_traffic(rank_ == root ? Traffic{0, (size_ - 1) * block, false}
+                                       : Traffic{block, 0, false});
   });
 }
 
@@ -747,6 +774,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_scatter(const Tensor& out, const Tenso
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iscatter(send, m, type, ob.data, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iscatter");
+    const int64_t block = int64_t{m} * wire_bytes(ob.dtype, false);
+    op.work->set_traffic(rank_ == root ? Traffic{(size_ - 1) * block, 0, false}
+                                       : Traffic{0, block, false});
   });
 }
 
@@ -777,6 +807,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_send(const Tensor& t, int peer, int ta
     RF_CHECK_MPI(MPI_Isend(b.data, static_cast<int>(b.count), transfer_type(b.dtype), peer, tag,
                            comm_, &req[0]));
     wait_or_timeout(op, req, cat("MPI_Isend to rank ", peer).c_str());
+    op.work->set_traffic({b.count * wire_bytes(b.dtype, false), 0, /*measured=*/true});
   };
   return enqueue(std::move(op), describe_op);
 }
@@ -814,6 +845,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int ta
       throw CommError(cat(op.work->description(), " on rank ", rank_, ": rank ", peer,
                           " sent ", got, " elements; the sender and receiver must agree"));
     }
+    op.work->set_traffic({0, b.count * wire_bytes(b.dtype, false), /*measured=*/true});
   };
   return enqueue(std::move(op), describe_op);
 }

@@ -25,6 +25,10 @@
 // and round back after each addition (comm/allreduce.h). Counts are limited to INT_MAX
 // elements per call (MPI's int count); more throws std::invalid_argument at the call.
 // ReduceOp::avg is a sum divided once by size() at the end (integers truncate).
+//
+// Traffic (Work::traffic): our allreduce algorithms report the bytes their MpiTransport
+// moved (measured); MPI's own collectives report the models of comm/traffic.h, with 16-bit
+// reductions counted at the f32 width they travel at.
 #pragma once
 
 #include <mpi.h>

@@ -61,6 +61,31 @@ std::string Work::status() const {
   return status_;
 }
 
+Work::Clock::time_point Work::start_time() const {
+  std::lock_guard lock(mutex_);
+  return start_time_;
+}
+
+Work::Clock::time_point Work::end_time() const {
+  std::lock_guard lock(mutex_);
+  return end_time_;
+}
+
+Traffic Work::traffic() const {
+  std::lock_guard lock(mutex_);
+  return traffic_;
+}
+
+void Work::mark_started() {
+  std::lock_guard lock(mutex_);
+  start_time_ = Clock::now();
+}
+
+void Work::set_traffic(Traffic traffic) {
+  std::lock_guard lock(mutex_);
+  traffic_ = traffic;
+}
+
 void Work::set_status(std::string status) {
   std::lock_guard lock(mutex_);
   status_ = std::move(status);
@@ -71,6 +96,8 @@ void Work::finish(std::exception_ptr error) {
     std::lock_guard lock(mutex_);
     if (completed_) return;
     completed_ = true;
+    end_time_ = Clock::now();
+    if (start_time_ == Clock::time_point{}) start_time_ = end_time_;
     done_.store(true, std::memory_order_release);
     error_ = std::move(error);
     status_ = error_ ? "failed" : "done";

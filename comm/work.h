@@ -7,12 +7,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 
+#include "comm/traffic.h"
 #include "comm/types.h"
 
 namespace ringflow::comm {
@@ -48,8 +50,19 @@ class Work {
   const std::string& description() const { return description_; }
   std::string status() const;  // "queued", "waiting for ranks 2, 3", "done", ...
 
+  // What the collective cost this rank, for DDP's and the training app's measurements:
+  // when the communication thread started and finished running it (a default time_point
+  // until then), and the bytes it sent and received (comm/traffic.h; zero where the
+  // backend does not say). Read them once the Work has completed.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_time() const;
+  Clock::time_point end_time() const;
+  Traffic traffic() const;
+
   // --- for the backend's communication thread
   void set_status(std::string status);
+  void mark_started();  // the collective leaves the queue
+  void set_traffic(Traffic traffic);
   void finish(std::exception_ptr error = nullptr);  // once; wakes every waiter
 
  private:
@@ -60,6 +73,8 @@ class Work {
   std::atomic<bool> done_{false};  // completed_, readable without the lock (wait's spin)
   std::exception_ptr error_;
   std::string status_ = "queued";
+  Clock::time_point start_time_{}, end_time_{};
+  Traffic traffic_;
 };
 
 }  // namespace ringflow::comm

@@ -1,6 +1,7 @@
 // The training app run as a user runs it: a short real run on Fashion-MNIST, --resume
-// continuing bit-identically, and bad flags or broken data files that must end in a
-// message naming what is wrong and a non-zero exit.
+// continuing bit-identically, data-parallel runs under mpiexec (every --sync strategy,
+// rank 0 alone printing, gradient accumulation, checkpoints), and bad flags or broken data
+// files that must end in a message naming what is wrong and a non-zero exit.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -23,8 +24,8 @@ struct Result {
   std::string output;
 };
 
-Result run_train(const std::string& args) {
-  const std::string command = std::string(RINGFLOW_TRAIN) + " " + args + " 2>&1";
+Result run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string output;
@@ -32,6 +33,30 @@ Result run_train(const std::string& args) {
   while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+Result run_train(const std::string& args) {
+  return run_command(std::string(RINGFLOW_TRAIN) + " " + args);
+}
+
+// Under `mpiexec -n ranks`, one thread per rank.
+Result run_train_mpi(int ranks, const std::string& args) {
+  return run_command(std::string(RINGFLOW_MPIEXEC) + " -n " + std::to_string(ranks) +
+                     " -genv OMP_NUM_THREADS 1 " + RINGFLOW_TRAIN + " --threads 1 " + args);
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// The value after `key` on the line holding it, e.g. the loss of "Iteration [10/10], Loss: ".
+std::string field(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size();
+  return text.substr(begin, text.find_first_of(" \n", begin) - begin);
 }
 
 bool contains(const std::string& text, const std::string& part) {
@@ -100,6 +125,40 @@ TEST_CASE("train: --resume continues a run bit-identically on one thread") {
   std::filesystem::remove(resumed);
 }
 
+TEST_CASE("train under mpiexec -n 2: every strategy, one printer, the same training") {
+  // The same global batch of 64 each way: the strategies differ only in how the gradients
+  // are averaged, so the losses agree to the printed digits.
+  const std::string common = " --model mlp --epochs 1 --max-iters 10 --log-every 10 ";
+  std::vector<std::string> losses;
+  for (const std::string sync : {"gather-scatter --local-batch 32", "allreduce --algo ring",
+                                 "allreduce --algo tree", "ddp --bucket-cap-mb 0.1",
+                                 "ddp --grad-accum 2 --global-batch 64"}) {
+    const Result r = run_train_mpi(2, "--sync " + sync + common);
+    INFO(sync, " -> ", r.output);
+    CHECK(r.status == 0);
+    CHECK(count(r.output, "Epoch [1], Iteration [10/10], Loss:") == 1);  // rank 0 alone
+    CHECK(count(r.output, "Test set: Average loss:") == 1);
+    CHECK(contains(r.output, "Communication per iteration and rank:"));
+    losses.push_back(field(r.output, "Iteration [10/10], Loss: "));
+  }
+  CHECK(losses.front().size() == 6);  // "2.0353"
+  for (const std::string& l : losses) CHECK(l == losses.front());
+}
+
+TEST_CASE("train under mpiexec: checkpoints by rank 0, resumed by every rank and by one") {
+  const std::string ckpt = temp_path("ddp.safetensors");
+  const std::string common = " --model mlp --max-iters 4 --log-every 4 --checkpoint " + ckpt;
+  CHECK(run_train_mpi(2, "--sync ddp --epochs 1" + common).status == 0);
+  const Result again = run_train_mpi(2, "--sync ddp --epochs 2 --resume " + ckpt + common);
+  INFO(again.output);
+  CHECK(again.status == 0);
+  CHECK(count(again.output, "Resumed from") == 1);
+  const Result alone = run_train("--threads 1 --epochs 3 --resume " + ckpt + common);
+  CHECK(alone.status == 0);
+  CHECK(contains(alone.output, "after epoch 2"));
+  std::filesystem::remove(ckpt);
+}
+
 TEST_CASE("bad flags name the flag and the problem") {
   const struct {
     const char* args;
@@ -116,6 +175,9 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic}"},
       {"--model resnet18_cifar", "takes images of shape (3, 32, 32), but --dataset fashion-mnist has (1, 28, 28)"},
       {"--resume /nonexistent/ckpt.safetensors", "/nonexistent/ckpt.safetensors"},
+      {"--sync bogus", "--sync: bogus not in {"},
+      {"--global-batch 64 --batch-size 32", "excludes"},
+      {"--global-batch 63 --grad-accum 2", "--global-batch 63 is not a multiple of 1 ranks x --grad-accum 2"},
   };
   for (const auto& c : cases) {
     const Result r = run_train(c.args);
@@ -123,6 +185,12 @@ TEST_CASE("bad flags name the flag and the problem") {
     CHECK(r.status > 0);
     CHECK(contains(r.output, c.message));
   }
+}
+
+TEST_CASE("--sync none under mpiexec -n 2 is refused on every rank") {
+  const Result r = run_train_mpi(2, "--max-iters 1");
+  CHECK(r.status > 0);
+  CHECK(count(r.output, "--sync none trains one process, but the launcher started 2") == 2);
 }
 
 TEST_CASE("missing and corrupt dataset files are named with the problem") {

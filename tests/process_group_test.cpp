@@ -182,6 +182,31 @@ TEST_CASE("allreduce: our algorithms through the process group") {
   }
 }
 
+TEST_CASE("traffic: each allreduce algorithm's counted bytes equal its closed form") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
+  const int n = pg.size(), r = pg.rank();
+  const Algorithm algos[] = {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
+                             Algorithm::ring, Algorithm::native};
+  constexpr int64_t count = 1009;  // prime: uneven ring chunks
+  std::vector<std::shared_ptr<Work>> works;
+  for (Algorithm a : algos) works.push_back(pg.allreduce(full({count}, r + 1), opts(ReduceOp::sum, a)));
+  // A broadcast of S bytes: n - 1 ranks receive S (MPI's own: modelled, binomial tree).
+  auto bcast = pg.broadcast(zeros({count}), opts(ReduceOp::sum, Algorithm::native, n - 1));
+  for (size_t k = 0; k < works.size(); ++k) {
+    works[k]->wait();
+    const Traffic got = works[k]->traffic();
+    const Traffic want = allreduce_traffic(algos[k], count, 4, n, r);
+    CAPTURE(algorithm_name(algos[k]));
+    CHECK(got.sent == want.sent);
+    CHECK(got.received == want.received);
+    CHECK(got.measured == (algos[k] != Algorithm::native));  // MPI's own: modelled
+    CHECK(works[k]->start_time() > Work::Clock::time_point{});
+    CHECK(works[k]->end_time() >= works[k]->start_time());
+  }
+  bcast->wait();
+  CHECK(bcast->traffic().received == (r == n - 1 ? 0 : count * 4));
+}
+
 TEST_CASE("broadcast, reduce, allgather, reduce_scatter, gather, scatter: every dtype") {
   MpiProcessGroup pg(MPI_COMM_WORLD, checking());
   const int n = pg.size(), r = pg.rank();

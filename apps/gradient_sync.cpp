@@ -1,0 +1,119 @@
+#include "apps/gradient_sync.h"
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+
+#include "framework/autograd.h"
+#include "framework/ops.h"
+
+namespace ringflow::apps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+constexpr SyncMode kModes[] = {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce,
+                               SyncMode::ddp};
+
+}  // namespace
+
+const char* sync_mode_name(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::none: return "none";
+    case SyncMode::gather_scatter: return "gather-scatter";
+    case SyncMode::allreduce: return "allreduce";
+    case SyncMode::ddp: return "ddp";
+  }
+  return "?";
+}
+
+SyncMode sync_mode_from_name(const std::string& name) {
+  for (SyncMode m : kModes) {
+    if (name == sync_mode_name(m)) return m;
+  }
+  throw std::invalid_argument("unknown --sync '" + name +
+                              "' (choices: none, gather-scatter, allreduce, ddp)");
+}
+
+GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGroup> pg,
+                           SyncOptions options)
+    : model_(std::move(model)), pg_(std::move(pg)), options_(std::move(options)) {
+  if (options_.mode == SyncMode::none) return;
+  RF_CHECK(pg_, "--sync ", sync_mode_name(options_.mode), " needs a process group");
+  if (options_.mode == SyncMode::ddp) {
+    comm::DdpOptions o;
+    o.bucket_cap_mb = options_.bucket_cap_mb;
+    o.find_unused_parameters = options_.find_unused_parameters;
+    o.algorithm = options_.algorithm;
+    o.timeout = options_.timeout;
+    o.comm_hook = comm::make_comm_hook(options_.comm_hook);
+    ddp_ = std::make_unique<comm::DistributedDataParallel>(model_, pg_, o);
+    return;
+  }
+  // The same starting point everywhere (the seeds agree, but a resumed or hand-made model
+  // need not).
+  std::vector<Tensor> state = model_->parameters();
+  for (const Tensor& b : model_->buffers()) state.push_back(b);
+  comm::broadcast_coalesced(*pg_, state, /*root=*/0, options_.timeout);
+}
+
+Tensor GradientSync::forward(const Tensor& x, bool last) {
+  if (!ddp_) return model_->forward(x);
+  std::optional<comm::DistributedDataParallel::NoSync> no_sync;
+  if (!last) no_sync.emplace(*ddp_);
+  Tensor y = ddp_->forward(x);
+  const comm::DdpStats st = ddp_->stats();
+  step_.traffic += st.broadcast_traffic;
+  step_.comm_ms += st.broadcast_ms;
+  step_.forward_wait_ms += st.broadcast_ms;
+  return y;
+}
+
+void GradientSync::after_backward(bool last) {
+  if (ddp_) {
+    const comm::DdpStats st = ddp_->stats();
+    step_.traffic += st.backward.traffic;
+    step_.comm_ms += st.backward.comm_ms;
+    step_.backward_wait_ms += st.backward.wait_ms;
+    return;
+  }
+  if (options_.mode == SyncMode::none || !last) return;
+  const auto start = Clock::now();
+  comm::CollectiveOptions o;
+  o.op = comm::ReduceOp::avg;
+  o.algorithm = options_.mode == SyncMode::gather_scatter ? comm::Algorithm::naive
+                                                           : options_.algorithm;
+  o.timeout = options_.timeout;
+  std::vector<std::shared_ptr<comm::Work>> works;
+  for (Tensor& p : model_->parameters()) {
+    if (!p.requires_grad()) continue;
+    Tensor g = p.grad();
+    // Every rank reduces every parameter, in the same order: an unused one sends zeros.
+    if (!g.defined()) {
+      g = zeros_like(p);
+    } else if (!g.is_contiguous()) {
+      NoGradGuard no_grad;
+      g = g.contiguous();  // channels-last weight gradients; the group takes dense tensors
+    }
+    p.set_grad(g);
+    works.push_back(pg_->allreduce(g, o));
+  }
+  for (const auto& w : works) {
+    w->wait();
+    step_.traffic += w->traffic();
+    step_.comm_ms += ms_between(w->start_time(), w->end_time());
+  }
+  step_.after_wait_ms += ms_between(start, Clock::now());
+}
+
+StepComm GradientSync::take() {
+  StepComm s = step_;
+  step_ = {};
+  return s;
+}
+
+}  // namespace ringflow::apps

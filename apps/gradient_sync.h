@@ -1,0 +1,69 @@
+// The gradient synchronisation strategies of apps/train's --sync flag, behind one interface
+// so that the training loop is the same for all of them (issue 5, section 1):
+//   none            one process: nothing to synchronise
+//   gather-scatter  after backward, every gradient averaged on its own by the naive
+//                   algorithm (to rank 0 and back): the baseline
+//   allreduce       after backward, every gradient allreduced on its own (--algo)
+//   ddp             DistributedDataParallel: bucketed, overlapped with backward
+// Each reports the step's communication (bytes, time on the communication thread, time the
+// training thread waited for it), split so that the app can tell compute from waiting.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/ddp.h"
+#include "framework/nn/module.h"
+
+namespace ringflow::apps {
+
+enum class SyncMode { none, gather_scatter, allreduce, ddp };
+SyncMode sync_mode_from_name(const std::string& name);  // the --sync names
+const char* sync_mode_name(SyncMode mode);
+
+struct SyncOptions {
+  SyncMode mode = SyncMode::none;
+  comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
+  double bucket_cap_mb = 25;
+  std::string comm_hook = "allreduce";  // ddp: "allreduce" or "fp16"
+  bool find_unused_parameters = false;
+  comm::Timeout timeout = comm::kDefaultTimeout;
+};
+
+// One optimizer step's communication, summed over its micro-batches.
+struct StepComm {
+  comm::Traffic traffic;
+  double comm_ms = 0;            // the communication thread's time on the step's collectives
+  double forward_wait_ms = 0;    // inside forward (ddp's buffer broadcast)
+  double backward_wait_ms = 0;   // inside backward (ddp's end-of-backward wait)
+  double after_wait_ms = 0;      // after backward (gather-scatter, allreduce)
+  double exposed_ms() const { return forward_wait_ms + backward_wait_ms + after_wait_ms; }
+};
+
+class GradientSync {
+ public:
+  // pg: null for SyncMode::none. Collective for the others: broadcasts rank 0's parameters
+  // and buffers (ddp also checks that every rank holds the same model).
+  GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGroup> pg, SyncOptions options);
+
+  // The training forward of one micro-batch; `last`: the last one before the optimizer step
+  // (the others accumulate their gradients locally: ddp's no_sync).
+  Tensor forward(const Tensor& x, bool last);
+  // After that micro-batch's backward: gather-scatter and allreduce average every gradient
+  // when `last`.
+  void after_backward(bool last);
+  // The communication since the last call, and starts counting afresh.
+  StepComm take();
+
+  const SyncOptions& options() const { return options_; }
+
+ private:
+  nn::ModulePtr model_;
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  SyncOptions options_;
+  std::unique_ptr<comm::DistributedDataParallel> ddp_;
+  StepComm step_;
+};
+
+}  // namespace ringflow::apps
