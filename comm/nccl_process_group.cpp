@@ -668,13 +668,17 @@ std::shared_ptr<Work> NcclProcessGroup::do_allreduce(const Tensor& t, const Coll
            "allreduce: the nccl process group runs NCCL's own allreduce (Algorithm::automatic "
            "or native), not ", algorithm_name(o.algorithm), "; our algorithms run on "
            "MpiProcessGroup, which takes CUDA tensors too (staged through host memory)");
-  return issue(
+  auto work = issue(
       state_, true, [&](int64_t seq) { return describe(Kind::allreduce, seq, t.dtype(), t.numel(), o); },
       o, "ncclAllReduce", {t}, {t}, [t, op = o.op](ncclComm_t comm, cudaStream_t stream) {
         if (t.numel() == 0) return ncclSuccess;
         return ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
                              detail::nccl_dtype(t.dtype()), detail::nccl_op(op), comm, stream);
       });
+  // Modelled as NCCL's ring (what it picks for the large messages DDP sends); not measured.
+  work->set_traffic(allreduce_traffic(Algorithm::ring, t.numel(), dtype_size(t.dtype()),
+                                      state_->size, state_->rank));
+  return work;
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_allgather(const Tensor& out, const Tensor& in,
