@@ -4,10 +4,12 @@
 //   pid = the rank (so several ranks' traceEvents can be concatenated into one timeline);
 //   tid 1 "compute": per iteration a span holding data wait, forward, backward, the waits
 //         for communication (nested where they happen: inside forward, inside backward,
-//         after backward) and the optimizer step;
+//         after backward) and the optimizer step; between iterations the epoch's end
+//         (cat "epoch": the statistics across ranks, rank 0's evaluation and checkpoint);
 //   tid 2 "comm": each collective as the communication thread ran it (ddp: one span per
-//         bucket; gather-scatter and allreduce: one per gradient), with a flow arrow from
-//         the moment the training thread launched it.
+//         bucket, and the buffer broadcast before forward where the model has buffers;
+//         gather-scatter and allreduce: one per gradient), with a flow arrow from the
+//         moment the training thread launched it.
 // Timestamps are microseconds on the steady clock since `origin` (one per rank). Events are
 // streamed to the file as they come (each one serialised by nlohmann::json); the closing
 // brackets are written by close() or the destructor, so a run that throws still leaves a
