@@ -44,6 +44,9 @@ GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGro
     : model_(std::move(model)), pg_(std::move(pg)), options_(std::move(options)) {
   if (options_.mode == SyncMode::none) return;
   RF_CHECK(pg_, "--sync ", sync_mode_name(options_.mode), " needs a process group");
+  for (const auto& [name, p] : model_->named_parameters()) names_.push_back(name);
+  for (const Tensor& b : model_->buffers())
+    buffer_bytes_ += b.numel() * static_cast<int64_t>(dtype_size(b.dtype()));
   if (options_.mode == SyncMode::ddp) {
     comm::DdpOptions o;
     o.bucket_cap_mb = options_.bucket_cap_mb;
@@ -70,6 +73,16 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
   step_.traffic += st.broadcast_traffic;
   step_.comm_ms += st.broadcast_ms;
   step_.forward_wait_ms += st.broadcast_ms;
+  if (st.broadcast_start != Clock::time_point{}) {
+    // The training thread waits for the whole broadcast (one collective per dtype): one
+    // event and one wait of the same length.
+    const auto end = st.broadcast_start +
+                     std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double, std::milli>(st.broadcast_ms));
+    step_.events.push_back({"buffers", 0, buffer_bytes_, st.broadcast_traffic,
+                            st.broadcast_start, st.broadcast_start, end, "broadcast"});
+    step_.waits.push_back({"buffer broadcast", st.broadcast_start, end});
+  }
   return y;
 }
 
@@ -79,6 +92,13 @@ void GradientSync::after_backward(bool last) {
     step_.traffic += st.backward.traffic;
     step_.comm_ms += st.backward.comm_ms;
     step_.backward_wait_ms += st.backward.wait_ms;
+    if (st.backward.synchronized) {
+      for (const comm::BucketEvent& e : st.backward.events) {
+        step_.events.push_back({"bucket " + std::to_string(e.bucket), e.bucket, e.bytes,
+                                e.traffic, e.launched, e.started, e.finished});
+      }
+      step_.waits.push_back({"end of backward", st.backward.wait_start, st.backward.backward_end});
+    }
     return;
   }
   if (options_.mode == SyncMode::none || !last) return;
@@ -89,7 +109,10 @@ void GradientSync::after_backward(bool last) {
                                                            : options_.algorithm;
   o.timeout = options_.timeout;
   std::vector<std::shared_ptr<comm::Work>> works;
-  for (Tensor& p : model_->parameters()) {
+  std::vector<CommEvent> events;
+  std::vector<Tensor> params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor& p = params[i];
     if (!p.requires_grad()) continue;
     Tensor g = p.grad();
     // Every rank reduces every parameter, in the same order: an unused one sends zeros.
@@ -100,14 +123,31 @@ void GradientSync::after_backward(bool last) {
       g = g.contiguous();  // channels-last weight gradients; the group takes dense tensors
     }
     p.set_grad(g);
+    CommEvent e;
+    e.name = names_[i];
+    e.index = static_cast<int>(i);
+    e.bytes = g.numel() * static_cast<int64_t>(dtype_size(g.dtype()));
+    e.launched = Clock::now();
     works.push_back(pg_->allreduce(g, o));
+    events.push_back(std::move(e));
   }
-  for (const auto& w : works) {
-    w->wait();
-    step_.traffic += w->traffic();
-    step_.comm_ms += ms_between(w->start_time(), w->end_time());
+  for (size_t k = 0; k < works.size(); ++k) {
+    const comm::Work& w = *works[k];
+    works[k]->wait();
+    step_.traffic += w.traffic();
+    step_.comm_ms += ms_between(w.start_time(), w.end_time());
+    events[k].traffic = w.traffic();
+    events[k].started = w.start_time();
+    events[k].finished = w.end_time();
   }
-  step_.after_wait_ms += ms_between(start, Clock::now());
+  const auto end = Clock::now();
+  step_.after_wait_ms += ms_between(start, end);
+  step_.waits.push_back({"after backward", start, end});
+  for (CommEvent& e : events) step_.events.push_back(std::move(e));
+}
+
+void GradientSync::zero_grad(optim::Optimizer& optimizer) {
+  optimizer.zero_grad(/*set_to_none=*/!ddp_);
 }
 
 StepComm GradientSync::take() {

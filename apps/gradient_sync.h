@@ -6,15 +6,18 @@
 //   allreduce       after backward, every gradient allreduced on its own (--algo)
 //   ddp             DistributedDataParallel: bucketed, overlapped with backward
 // Each reports the step's communication (bytes, time on the communication thread, time the
-// training thread waited for it), split so that the app can tell compute from waiting.
+// training thread waited for it), split so that the app can tell compute from waiting, and
+// when each collective and each wait happened (for --trace, apps/trace.h).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/ddp.h"
 #include "framework/nn/module.h"
+#include "framework/optim/optimizer.h"
 
 namespace ringflow::apps {
 
@@ -31,6 +34,27 @@ struct SyncOptions {
   comm::Timeout timeout = comm::kDefaultTimeout;
 };
 
+// One collective of a step, as the communication thread ran it.
+struct CommEvent {
+  using Clock = std::chrono::steady_clock;
+  std::string name;   // "bucket 2" (ddp), the parameter's name (gather-scatter, allreduce),
+                      // "buffers" (ddp's broadcast before forward)
+  int index = 0;      // the bucket's or the parameter's, in issue order
+  int64_t bytes = 0;  // payload
+  comm::Traffic traffic;
+  Clock::time_point launched;  // issued by the training thread
+  Clock::time_point started;   // the communication thread began it
+  Clock::time_point finished;  // ... and ended it
+  const char* collective = "allreduce";  // or "broadcast"
+};
+
+// A stretch of time the training thread spent waiting for communication.
+struct CommWait {
+  using Clock = std::chrono::steady_clock;
+  const char* what = "";  // "buffer broadcast", "end of backward", "after backward"
+  Clock::time_point begin, end;
+};
+
 // One optimizer step's communication, summed over its micro-batches.
 struct StepComm {
   comm::Traffic traffic;
@@ -39,6 +63,8 @@ struct StepComm {
   double backward_wait_ms = 0;   // inside backward (ddp's end-of-backward wait)
   double after_wait_ms = 0;      // after backward (gather-scatter, allreduce)
   double exposed_ms() const { return forward_wait_ms + backward_wait_ms + after_wait_ms; }
+  std::vector<CommEvent> events;  // in issue order
+  std::vector<CommWait> waits;    // in time order; their lengths sum to exposed_ms()
 };
 
 class GradientSync {
@@ -53,6 +79,9 @@ class GradientSync {
   // After that micro-batch's backward: gather-scatter and allreduce average every gradient
   // when `last`.
   void after_backward(bool last);
+  // After the optimizer step: zeroes the gradients the way the strategy needs (ddp keeps
+  // them as views of its buckets, zeroed; the others drop them).
+  void zero_grad(optim::Optimizer& optimizer);
   // The communication since the last call, and starts counting afresh.
   StepComm take();
 
@@ -63,6 +92,8 @@ class GradientSync {
   std::shared_ptr<comm::ProcessGroup> pg_;
   SyncOptions options_;
   std::unique_ptr<comm::DistributedDataParallel> ddp_;
+  std::vector<std::string> names_;  // of the parameters, in model_->parameters() order
+  int64_t buffer_bytes_ = 0;        // ddp: the buffers it broadcasts before each forward
   StepComm step_;
 };
 

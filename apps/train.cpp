@@ -2,9 +2,10 @@
 // alone or data-parallel under `mpiexec -n N` (--sync gather-scatter|allreduce|ddp, see
 // apps/gradient_sync.h), with per-phase timings (data wait, forward, backward, exposed
 // communication, optimizer), bytes and overlap, test-set evaluation, checkpoints and
-// --resume, and JSON-lines metrics for plots. Under mpiexec each rank trains on its
-// DistributedSampler share; rank 0 alone prints, evaluates and writes checkpoints and
-// metrics, and every rank can resume from them.
+// --resume, JSON-lines metrics for plots and a Chrome trace per rank (--trace,
+// apps/trace.h). Under mpiexec each rank trains on its DistributedSampler share; rank 0
+// alone prints, evaluates and writes checkpoints and metrics, and every rank can resume
+// from them.
 // With no flags: the small CNN on Debian's Fashion-MNIST, one process (what `./dev demo` runs).
 #include <mpi.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -21,9 +23,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "apps/gradient_sync.h"
+#include "apps/trace.h"
 #include "comm/mpi_process_group.h"
 #include "framework/ringflow.h"
 #include "models/registry.h"
@@ -48,7 +52,7 @@ struct Flags {
   int64_t max_iters = 0;
   int eval_every = 1;
   int workers = 1;
-  std::string checkpoint, resume, metrics;
+  std::string checkpoint, resume, metrics, trace;
   // Data parallelism.
   std::string sync = "none";
   std::string algo = "auto";
@@ -154,72 +158,192 @@ std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
 // backward of gather-scatter and allreduce).
 enum Phase { kData, kForward, kBackward, kComm, kOptimizer, kPhases };
 constexpr const char* kPhaseNames[kPhases] = {"data", "forward", "backward", "comm", "optimizer"};
+constexpr const char* kPhaseLabels[kPhases] = {"data wait", "forward", "backward compute",
+                                               "comm wait (exposed)", "optimizer"};
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+double ms_since(Clock::time_point t) { return ms_between(t, Clock::now()); }
+
+// One rank's timings and bytes for one iteration, or per iteration averaged over an epoch.
+struct Figures {
+  double phase_ms[kPhases] = {};
+  double step_ms = 0;
+  double comm_total_ms = 0;  // the communication thread's time
+  double bytes_sent = 0, bytes_received = 0;
+  double overlap = 0;  // 1 - exposed / comm_total_ms (0 without communication)
+  static constexpr size_t kValues = kPhases + 5;
+
+  Figures& operator+=(const Figures& o) {
+    for (int p = 0; p < kPhases; ++p) phase_ms[p] += o.phase_ms[p];
+    step_ms += o.step_ms;
+    comm_total_ms += o.comm_total_ms;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    return *this;  // overlap is not additive: see with_overlap()
+  }
+  Figures divided(double n) const {
+    Figures r;
+    for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = phase_ms[p] / n;
+    r.step_ms = step_ms / n;
+    r.comm_total_ms = comm_total_ms / n;
+    r.bytes_sent = bytes_sent / n;
+    r.bytes_received = bytes_received / n;
+    r.overlap = overlap / n;
+    return r;
+  }
+  Figures with_overlap() const {
+    Figures r = *this;
+    r.overlap = comm_total_ms > 0 ? std::clamp(1 - phase_ms[kComm] / comm_total_ms, 0.0, 1.0) : 0;
+    return r;
+  }
+  void append_to(std::vector<double>& v) const {
+    v.insert(v.end(), phase_ms, phase_ms + kPhases);
+    v.insert(v.end(), {step_ms, comm_total_ms, bytes_sent, bytes_received, overlap});
+  }
+  static Figures read(const double*& p) {
+    Figures f;
+    for (double& x : f.phase_ms) x = *p++;
+    f.step_ms = *p++;
+    f.comm_total_ms = *p++;
+    f.bytes_sent = *p++;
+    f.bytes_received = *p++;
+    f.overlap = *p++;
+    return f;
+  }
+};
+
+// A logged iteration (every --log-every), as one rank saw it.
+struct IterationRecord {
+  int64_t step = 0, global_iteration = 0;
+  Figures figures;
+  double loss = 0;  // this rank's, averaged over the iterations since the last record
+  double correct = 0, seen = 0;  // this iteration's
+  static constexpr size_t kValues = Figures::kValues + 3;
+};
+
 struct EpochStats {
-  double phase_ms[kPhases] = {};  // summed over the iterations after the first
-  double step_ms = 0;             // likewise
-  double comm_total_ms = 0;       // likewise: the communication thread's time
-  double bytes_sent = 0, bytes_received = 0;  // likewise
+  Figures sum;  // over the iterations after the first
   int64_t timed_steps = 0;
   double loss_sum = 0;  // over micro-batches
   int64_t correct = 0, seen = 0, batches = 0;
+  std::vector<IterationRecord> logged;
 };
 
-std::vector<double> flatten(const EpochStats& s) {
-  std::vector<double> v(s.phase_ms, s.phase_ms + kPhases);
-  for (double x : {s.step_ms, s.comm_total_ms, s.bytes_sent, s.bytes_received,
-                   static_cast<double>(s.timed_steps), s.loss_sum, static_cast<double>(s.correct),
-                   static_cast<double>(s.seen), static_cast<double>(s.batches)})
-    v.push_back(x);
-  return v;
+// What rank 0 reports: means over the ranks and maxima (the slowest rank of each figure);
+// loss, accuracy and counts summed over the ranks.
+struct AcrossRanks {
+  Figures mean, max;  // per iteration
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0, batches = 0;
+  struct Iteration {
+    const IterationRecord* mine;
+    Figures mean, max;
+    double loss = 0;  // the mean over ranks: the loss of the global batch
+    double correct = 0, seen = 0;
+  };
+  std::vector<Iteration> logged;
+};
+
+// The epoch's figures and the logged iterations' over every rank, in the two allreduces
+// (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
+// collective of their own, which is why under mpiexec they reach the metrics file at the
+// end of the epoch. Without a group, this rank's as mean and max.
+AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
+  std::vector<double> v;
+  const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
+                                     : Figures{};
+  mine.append_to(v);
+  v.insert(v.end(), {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
+                     static_cast<double>(s.batches)});
+  for (const IterationRecord& r : s.logged) {
+    r.figures.append_to(v);
+    v.insert(v.end(), {r.loss, r.correct, r.seen});
+  }
+  std::vector<double> sum = v, max = v;
+  double world = 1;
+  if (pg && pg->size() > 1) {
+    world = pg->size();
+    const int64_t n = static_cast<int64_t>(v.size());
+    Tensor sum_t = from_vector(v, {n}, DType::f64), max_t = sum_t.clone();
+    comm::CollectiveOptions o;
+    o.timeout = timeout;
+    o.op = comm::ReduceOp::sum;
+    auto a = pg->allreduce(sum_t, o);
+    o.op = comm::ReduceOp::max;
+    auto b = pg->allreduce(max_t, o);
+    a->wait();
+    b->wait();
+    sum = sum_t.to_vector<double>();
+    max = max_t.to_vector<double>();
+  }
+  AcrossRanks r;
+  const double* ps = sum.data();
+  const double* pm = max.data();
+  r.mean = Figures::read(ps).divided(world);
+  r.max = Figures::read(pm);
+  r.loss_sum = *ps++;
+  r.correct = static_cast<int64_t>(*ps++);
+  r.seen = static_cast<int64_t>(*ps++);
+  r.batches = static_cast<int64_t>(*ps++);
+  pm += 4;
+  for (const IterationRecord& mine_it : s.logged) {
+    AcrossRanks::Iteration it{&mine_it, Figures::read(ps).divided(world), Figures::read(pm)};
+    it.loss = *ps++ / world;
+    it.correct = *ps++;
+    it.seen = *ps++;
+    pm += 3;
+    r.logged.push_back(it);
+  }
+  return r;
 }
 
-EpochStats unflatten(const std::vector<double>& v) {
-  EpochStats s;
-  size_t i = 0;
-  for (int p = 0; p < kPhases; ++p) s.phase_ms[p] = v[i++];
-  s.step_ms = v[i++];
-  s.comm_total_ms = v[i++];
-  s.bytes_sent = v[i++];
-  s.bytes_received = v[i++];
-  s.timed_steps = static_cast<int64_t>(v[i++]);
-  s.loss_sum = v[i++];
-  s.correct = static_cast<int64_t>(v[i++]);
-  s.seen = static_cast<int64_t>(v[i++]);
-  s.batches = static_cast<int64_t>(v[i++]);
-  return s;
+// The phases, and with a group the communication figures: means under the plain names
+// (data_ms, comm_total_ms, overlap, ...), max_* beside them.
+void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
+  for (int p = 0; p < kPhases; ++p) {
+    j[std::string(kPhaseNames[p]) + "_ms"] = mean.phase_ms[p];
+    if (max) j["max_" + std::string(kPhaseNames[p]) + "_ms"] = max->phase_ms[p];
+  }
+  if (!max) return;
+  for (const auto& [key, a, b] : {std::tuple{"comm_total_ms", mean.comm_total_ms, max->comm_total_ms},
+                                  std::tuple{"bytes_sent", mean.bytes_sent, max->bytes_sent},
+                                  std::tuple{"bytes_received", mean.bytes_received, max->bytes_received},
+                                  std::tuple{"overlap", mean.overlap, max->overlap}}) {
+    j[key] = a;
+    j[std::string("max_") + key] = b;
+  }
 }
 
-// The epoch's figures over every rank (two allreduces): the mean and the maximum of the
-// timings and bytes; the loss, accuracy and counts summed over the ranks. Without a group,
-// this rank's as both.
-std::pair<EpochStats, EpochStats> across_ranks(const EpochStats& mine, comm::ProcessGroup* pg,
-                                               comm::Timeout timeout) {
-  if (!pg || pg->size() == 1) return {mine, mine};
-  const std::vector<double> v = flatten(mine);
-  const int64_t n = static_cast<int64_t>(v.size());
-  Tensor sum = from_vector(v, {n}, DType::f64), max = sum.clone();
-  comm::CollectiveOptions o;
-  o.timeout = timeout;
-  o.op = comm::ReduceOp::sum;
-  auto a = pg->allreduce(sum, o);
-  o.op = comm::ReduceOp::max;
-  auto b = pg->allreduce(max, o);
-  a->wait();
-  b->wait();
-  EpochStats mean = unflatten(sum.to_vector<double>()), top = unflatten(max.to_vector<double>());
-  const double w = pg->size();
-  for (double& x : mean.phase_ms) x /= w;
-  mean.step_ms /= w;
-  mean.comm_total_ms /= w;
-  mean.bytes_sent /= w;
-  mean.bytes_received /= w;
-  mean.timed_steps = mine.timed_steps;  // the same on every rank
-  return {mean, top};
+// Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
+// largest rank's figure (each row its own slowest rank). One process: its own figures.
+void print_epoch_table(const AcrossRanks& a, int world, bool distributed) {
+  const Figures& m = a.mean;
+  const Figures& x = a.max;
+  auto row = [&](const char* label, double mean, double max, const char* unit, bool share) {
+    std::string line = fmt::format("  {:<28}{:>10.{}f} {:<2}", label, mean, unit[0] == 'M' ? 2 : 1, unit);
+    line += share ? fmt::format(" ({:3.0f}%)", m.step_ms > 0 ? 100 * mean / m.step_ms : 0.0)
+                  : std::string(7, ' ');
+    if (distributed) line += fmt::format("{:>12.{}f} {}", max, unit[0] == 'M' ? 2 : 1, unit);
+    line.erase(line.find_last_not_of(' ') + 1);
+    fmt::print("{}\n", line);
+  };
+  if (distributed) {
+    fmt::print("  {:<28}{:>12}{:>22}\n", fmt::format("per iteration, {} ranks", world), "mean",
+               "max");
+  }
+  for (int p = 0; p < kPhases; ++p) {
+    if (p == kComm && !distributed) continue;  // one process: nothing to wait for
+    row(kPhaseLabels[p], m.phase_ms[p], x.phase_ms[p], "ms", /*share=*/true);
+  }
+  row("iteration", m.step_ms, x.step_ms, "ms", false);
+  if (!distributed) return;
+  row("comm total (comm thread)", m.comm_total_ms, x.comm_total_ms, "ms", false);
+  row("sent", m.bytes_sent / 1e6, x.bytes_sent / 1e6, "MB", false);
+  row("received", m.bytes_received / 1e6, x.bytes_received / 1e6, "MB", false);
+  row("overlap (1 - exposed/total)", 100 * m.overlap, 100 * x.overlap, "%", false);
 }
 
 class Metrics {
@@ -254,6 +378,40 @@ Evaluation evaluate(nn::Module& model, data::DataLoader& loader) {
   }
   model.train();
   return e;
+}
+
+// One iteration on the trace (apps/trace.h): on the compute track the iteration, each
+// micro-batch's data wait, forward and backward, the waits for communication (nested in
+// forward and backward where they happen there) and the optimizer step; on the comm track
+// each collective, with an arrow from its launch.
+void trace_step(apps::TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_iteration,
+                Clock::time_point start, const std::vector<std::array<Clock::time_point, 5>>& marks,
+                Clock::time_point optimizer_start, Clock::time_point end, const apps::StepComm& c) {
+  using apps::Track;
+  trace.span(Track::compute, "iteration", "iteration", start, end,
+             {{"epoch", epoch}, {"iteration", step}, {"global_iteration", global_iteration},
+              {"micro_batches", marks.size()}});
+  for (size_t k = 0; k < marks.size(); ++k) {
+    const auto& t = marks[k];
+    const nlohmann::json args = marks.size() > 1 ? nlohmann::json{{"micro_batch", k}}
+                                                 : nlohmann::json::object();
+    trace.span(Track::compute, "data wait", "compute", t[0], t[1], args);
+    trace.span(Track::compute, "forward", "compute", t[1], t[2], args);
+    trace.span(Track::compute, "backward", "compute", t[2], t[3], args);
+  }
+  for (const apps::CommWait& w : c.waits) {
+    trace.span(Track::compute, "comm wait", "wait", w.begin, w.end, {{"what", w.what}});
+  }
+  trace.span(Track::compute, "optimizer", "compute", optimizer_start, end);
+  for (const apps::CommEvent& e : c.events) {
+    const std::string name = std::string(e.collective) + " " + e.name;
+    trace.span(Track::comm, name, "comm", e.started, e.finished,
+               {{"index", e.index}, {"bytes", e.bytes}, {"sent", e.traffic.sent},
+                {"received", e.traffic.received},
+                {"queued_us", std::chrono::duration<double, std::micro>(e.started - e.launched).count()},
+                {"global_iteration", global_iteration}});
+    if (e.started > e.launched) trace.flow(name, Track::compute, e.launched, Track::comm, e.started);
+  }
 }
 
 int run(const Flags& f) {
@@ -346,6 +504,12 @@ int run(const Flags& f) {
   }
   Metrics metrics(lead ? f.metrics : "");
   const bool tty = lead && ::isatty(STDOUT_FILENO);
+  // The origin of every rank's timeline: just after the collective set-up, so that the
+  // ranks' traces line up to within a collective's latency.
+  apps::TraceWriter trace(f.trace.empty() ? "" : apps::trace_path_for_rank(f.trace, rank, world),
+                          rank, Clock::now(),
+                          {{"model", f.model}, {"dataset", f.dataset}, {"sync", f.sync},
+                           {"algo", f.algo}, {"world", world}, {"local_batch", local_batch}});
 
   for (int64_t epoch = pos.epoch + 1; epoch <= f.epochs; ++epoch) {
     EpochStats s;
@@ -355,29 +519,34 @@ int run(const Flags& f) {
     double window_loss = 0;
     int64_t window = 0;
     for (int64_t step = 0; step < steps; ++step) {
-      double ms[kPhases] = {};
+      Figures it;
+      double* ms = it.phase_ms;
       const auto step_start = Clock::now();
+      // Per micro-batch: before loading, forward, backward, after_backward, and its end.
+      std::vector<std::array<Clock::time_point, 5>> marks;
       double loss_sum = 0;
       int64_t correct = 0, seen = 0;
       bool ran_out = false;
       for (int k = 0; k < f.grad_accum; ++k) {
         const bool last = k + 1 == f.grad_accum;
-        auto t = Clock::now();
+        auto& t = marks.emplace_back();
+        t[0] = Clock::now();
         if (!train_loader.next(batch)) {
           ran_out = true;
           break;
         }
-        ms[kData] += ms_since(t);
-        t = Clock::now();
+        t[1] = Clock::now();
         const Tensor logits = sync.forward(batch.images, last);
         Tensor loss = cross_entropy(logits, batch.labels);
-        ms[kForward] += ms_since(t);
-        t = Clock::now();
+        t[2] = Clock::now();
         (f.grad_accum > 1 ? div(loss, static_cast<double>(f.grad_accum)) : loss).backward();
-        ms[kBackward] += ms_since(t);
-        t = Clock::now();
+        t[3] = Clock::now();
         sync.after_backward(last);
-        ms[kComm] += ms_since(t);
+        t[4] = Clock::now();
+        ms[kData] += ms_between(t[0], t[1]);
+        ms[kForward] += ms_between(t[1], t[2]);
+        ms[kBackward] += ms_between(t[2], t[3]);
+        ms[kComm] += ms_between(t[3], t[4]);
         loss_sum += loss.item();
         NoGradGuard no_grad;
         correct += static_cast<int64_t>(sum(eq(argmax(logits, 1), batch.labels)).item());
@@ -389,13 +558,21 @@ int run(const Flags& f) {
       ms[kForward] -= c.forward_wait_ms;
       ms[kBackward] -= c.backward_wait_ms;
       ms[kComm] += c.forward_wait_ms + c.backward_wait_ms;
-      auto t = Clock::now();
+      const auto optimizer_start = Clock::now();
       sgd.step();
-      // ddp: keep the gradients as views of its buckets (zeroed, not dropped).
-      sgd.zero_grad(/*set_to_none=*/mode != apps::SyncMode::ddp);
-      ms[kOptimizer] = ms_since(t);
-      const double step_ms = ms_since(step_start);
+      sync.zero_grad(sgd);
+      const auto step_end = Clock::now();
+      ms[kOptimizer] = ms_between(optimizer_start, step_end);
+      it.step_ms = ms_between(step_start, step_end);
+      it.comm_total_ms = c.comm_ms;
+      it.bytes_sent = static_cast<double>(c.traffic.sent);
+      it.bytes_received = static_cast<double>(c.traffic.received);
+      it = it.with_overlap();
       ++pos.iteration;
+      if (trace.enabled()) {
+        trace_step(trace, epoch, step + 1, pos.iteration, step_start, marks, optimizer_start,
+                   step_end, c);
+      }
 
       const double l = loss_sum / f.grad_accum;  // this rank's
       s.loss_sum += loss_sum;
@@ -405,31 +582,29 @@ int run(const Flags& f) {
       window_loss += l;
       ++window;
       if (step > 0) {  // the first iteration pays for first-touch allocations and caches
-        for (int p = 0; p < kPhases; ++p) s.phase_ms[p] += ms[p];
-        s.step_ms += step_ms;
-        s.comm_total_ms += c.comm_ms;
-        s.bytes_sent += static_cast<double>(c.traffic.sent);
-        s.bytes_received += static_cast<double>(c.traffic.received);
+        s.sum += it;
         ++s.timed_steps;
       }
-      if (!lead) continue;
       if ((step + 1) % f.log_every == 0 || step + 1 == steps) {
-        if (tty) fmt::print("\r\033[K");
-        fmt::print("Epoch [{}], Iteration [{}/{}], Loss: {:.4f}\n", epoch, step + 1, steps,
-                   window_loss / window);
-        nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", step + 1},
-                         {"global_iteration", pos.iteration}, {"loss", window_loss / window},
-                         {"accuracy", static_cast<double>(correct) / seen},
-                         {"lr", sgd.lr()}, {"step_ms", step_ms},
-                         {"images_per_s", global_batch / step_ms * 1e3}};
-        for (int p = 0; p < kPhases; ++p) j[std::string(kPhaseNames[p]) + "_ms"] = ms[p];
+        // Every rank keeps the record; the epoch's end reduces them (across_ranks).
         if (pg) {
-          j["comm_total_ms"] = c.comm_ms;
-          j["bytes_sent"] = c.traffic.sent;
-          j["bytes_received"] = c.traffic.received;
-          j["overlap"] = c.comm_ms > 0 ? std::clamp(1 - c.exposed_ms() / c.comm_ms, 0.0, 1.0) : 0.0;
+          s.logged.push_back({step + 1, pos.iteration, it, window_loss / window,
+                              static_cast<double>(correct), static_cast<double>(seen)});
         }
-        metrics.write(j);
+        if (lead) {
+          if (tty) fmt::print("\r\033[K");
+          fmt::print("Epoch [{}], Iteration [{}/{}], Loss: {:.4f}\n", epoch, step + 1, steps,
+                     window_loss / window);
+          if (!pg) {  // one process: nothing to wait for, the line goes out now
+            nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", step + 1},
+                             {"global_iteration", pos.iteration}, {"loss", window_loss / window},
+                             {"accuracy", static_cast<double>(correct) / seen},
+                             {"lr", sgd.lr()}, {"step_ms", it.step_ms},
+                             {"images_per_s", global_batch / it.step_ms * 1e3}};
+            put_figures(j, it, nullptr);
+            metrics.write(j);
+          }
+        }
         window_loss = 0;
         window = 0;
       } else if (tty) {
@@ -442,57 +617,48 @@ int run(const Flags& f) {
     }
     if (tty) fmt::print("\r\033[K");
 
-    // Every rank's figures, for rank 0's table.
-    const auto [mean, top] = across_ranks(s, pg.get(), comm_timeout);
-    const double per_iter = mean.timed_steps ? mean.step_ms / mean.timed_steps : 0;
-    const double images_per_s = per_iter > 0 ? global_batch / per_iter * 1e3 : 0;
-    auto per_step = [&](double total) { return mean.timed_steps ? total / mean.timed_steps : 0; };
-    const double comm_total = per_step(mean.comm_total_ms), exposed = per_step(mean.phase_ms[kComm]);
-    const double overlap = comm_total > 0 ? std::clamp(1 - exposed / comm_total, 0.0, 1.0) : 0;
+    // Every rank's figures, for rank 0's table and metrics.
+    const auto summary_start = Clock::now();
+    const AcrossRanks a = across_ranks(s, pg.get(), comm_timeout);
+    trace.span(apps::Track::compute, "epoch statistics across ranks", "epoch", summary_start,
+               Clock::now(), {{"epoch", epoch}});
+    const Figures& mean = a.mean;
+    const double images_per_s = mean.step_ms > 0 ? global_batch / mean.step_ms * 1e3 : 0;
+    if (pg) {  // the logged iterations, now with every rank's figures
+      for (const AcrossRanks::Iteration& r : a.logged) {
+        nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
+                         {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
+                         {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", sgd.lr()},
+                         {"step_ms", r.mean.step_ms},
+                         {"images_per_s", r.mean.step_ms > 0 ? global_batch / r.mean.step_ms * 1e3 : 0.0},
+                         {"max_step_ms", r.max.step_ms}, {"ranks", world}};
+        put_figures(j, r.mean, &r.max);
+        metrics.write(j);
+      }
+    }
     nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos.iteration},
-                     {"train_loss", mean.loss_sum / std::max<int64_t>(1, mean.batches)},
-                     {"train_accuracy", static_cast<double>(mean.correct) / std::max<int64_t>(1, mean.seen)},
-                     {"ms_per_iteration", per_iter}, {"lr", sgd.lr()},
+                     {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
+                     {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
+                     {"ms_per_iteration", mean.step_ms}, {"lr", sgd.lr()},
                      {"images_per_s", images_per_s}};
-    for (int p = 0; p < kPhases; ++p) j[std::string(kPhaseNames[p]) + "_ms"] = per_step(mean.phase_ms[p]);
+    put_figures(j, mean, pg ? &a.max : nullptr);
     if (pg) {
       j["ranks"] = world;
       j["sync"] = f.sync;
-      j["max_ms_per_iteration"] = top.timed_steps ? top.step_ms / top.timed_steps : 0;
-      for (int p = 0; p < kPhases; ++p)
-        j["max_" + std::string(kPhaseNames[p]) + "_ms"] = top.timed_steps ? top.phase_ms[p] / top.timed_steps : 0;
-      j["comm_total_ms"] = comm_total;
-      j["bytes_sent"] = per_step(mean.bytes_sent);
-      j["bytes_received"] = per_step(mean.bytes_received);
-      j["overlap"] = overlap;
+      j["max_ms_per_iteration"] = a.max.step_ms;
     }
     if (lead) {
-      std::string phases;
-      for (int p = 0; p < kPhases; ++p) {
-        if (p == kComm && !pg) continue;  // one process: nothing to wait for
-        phases += fmt::format("{}{} {:.1f} ms ({:.0f}%)", phases.empty() ? "" : ", ", kPhaseNames[p],
-                              per_step(mean.phase_ms[p]),
-                              mean.step_ms > 0 ? 100 * mean.phase_ms[p] / mean.step_ms : 0);
-      }
-      fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s): {}\n",
-                 epoch, per_iter, mean.timed_steps, images_per_s, phases);
-      if (pg) {
-        std::string maxima;
-        for (int p = 0; p < kPhases; ++p)
-          maxima += fmt::format(", {} {:.1f}", kPhaseNames[p],
-                                top.timed_steps ? top.phase_ms[p] / top.timed_steps : 0);
-        fmt::print("  (mean over {} ranks; the slowest rank: {:.1f} ms/iteration{})\n", world,
-                   top.timed_steps ? top.step_ms / top.timed_steps : 0, maxima);
-        fmt::print("Communication per iteration and rank: {:.2f} MB sent, {:.2f} MB received, "
-                   "{:.1f} ms on the communication thread, {:.1f} ms exposed: overlap {:.0f}%\n",
-                   per_step(mean.bytes_sent) / 1e6, per_step(mean.bytes_received) / 1e6,
-                   comm_total, exposed, 100 * overlap);
-      }
+      fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
+                 epoch, mean.step_ms, s.timed_steps, images_per_s);
+      print_epoch_table(a, world, pg != nullptr);
       fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
-                 mean.loss_sum / std::max<int64_t>(1, mean.batches), mean.correct, mean.seen,
-                 100.0 * mean.correct / std::max<int64_t>(1, mean.seen));
+                 a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
+                 100.0 * a.correct / std::max<int64_t>(1, a.seen));
       if (epoch % f.eval_every == 0 || epoch == f.epochs) {
+        const auto eval_start = Clock::now();
         const Evaluation e = evaluate(*model, test_loader);  // the model itself: local
+        trace.span(apps::Track::compute, "evaluate", "epoch", eval_start, Clock::now(),
+                   {{"epoch", epoch}});
         fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
                    e.correct, e.total, 100.0 * e.correct / e.total);
         j["test_loss"] = e.loss / e.total;
@@ -502,8 +668,14 @@ int run(const Flags& f) {
     metrics.write(j);
     scheduler.step();
     pos.epoch = epoch;
-    if (lead && !f.checkpoint.empty()) save_checkpoint(f.checkpoint, *model, sgd, pos, info);
+    if (lead && !f.checkpoint.empty()) {
+      const auto save_start = Clock::now();
+      save_checkpoint(f.checkpoint, *model, sgd, pos, info);
+      trace.span(apps::Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
+                 {{"epoch", epoch}});
+    }
   }
+  trace.close();
   return 0;
 }
 
@@ -543,7 +715,13 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations")->capture_default_str()->check(above0);
   app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
-  app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file");
+  app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file "
+                 "(rank 0); under mpiexec each iteration's line, with the mean and max over the "
+                 "ranks, is written at the end of its epoch");
+  app.add_option("--trace", f.trace, "write a Chrome trace-event JSON of every iteration (opens "
+                 "in ui.perfetto.dev, chrome://tracing): compute spans on one track, each "
+                 "collective on another; under mpiexec one file per rank, the rank inserted "
+                 "before the extension (trace.json: trace.rank0.json, trace.rank1.json, ...)");
   app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
                  "allreduce (each gradient after backward) or ddp (bucketed, overlapped); "
                  "the others under mpiexec -n N")->capture_default_str()

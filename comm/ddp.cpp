@@ -200,6 +200,7 @@ void DistributedDataParallel::broadcast_buffers() {
   const std::vector<Tensor> buffers = module_->buffers();
   if (buffers.empty() || pg_->size() == 1) return;
   const auto start = Clock::now();
+  broadcast_start_ = start;
   broadcast_traffic_ = broadcast_coalesced(*pg_, buffers, /*root=*/0, options_.timeout);
   broadcast_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
@@ -209,6 +210,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (!module_->is_training() || !grad_mode_enabled()) return module_->forward(x);
   broadcast_traffic_ = {};
   broadcast_ms_ = 0;
+  broadcast_start_ = {};
   if (options_.broadcast_buffers) broadcast_buffers();
   return reducer_->prepare_for_backward(module_->forward(x), require_sync_);
 }
@@ -218,7 +220,7 @@ void DistributedDataParallel::register_comm_hook(std::shared_ptr<CommHook> hook)
 }
 
 DdpStats DistributedDataParallel::stats() const {
-  return {reducer_->stats(), broadcast_traffic_, broadcast_ms_};
+  return {reducer_->stats(), broadcast_traffic_, broadcast_ms_, broadcast_start_};
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {

@@ -18,6 +18,7 @@
 // own parameter names (no "module." prefix), so checkpoints load in a single process.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ struct DdpStats {
   ReducerStats backward;
   Traffic broadcast_traffic;
   double broadcast_ms = 0;  // the training thread waits for it: all of it is exposed
+  std::chrono::steady_clock::time_point broadcast_start;  // when it began (none: default)
 
   Traffic traffic() const;
   double comm_ms() const { return backward.comm_ms + broadcast_ms; }
@@ -109,6 +111,7 @@ class DistributedDataParallel {
   bool require_sync_ = true;
   Traffic broadcast_traffic_;
   double broadcast_ms_ = 0;
+  std::chrono::steady_clock::time_point broadcast_start_;
 };
 
 // Verifies that every rank of `pg` passes the same list of entries (here: parameters' and

@@ -123,6 +123,7 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> assignment) {
     }
     b.event.bucket = static_cast<int>(k);
     b.event.elements = total;
+    b.event.bytes = total * static_cast<int64_t>(dtype_size(first.dtype()));
   }
   // Gradients already there (a model trained before, or the buckets being rebuilt) move in.
   NoGradGuard no_grad;
@@ -153,8 +154,9 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool sync) {
     BucketEvent fresh;
     fresh.bucket = b.event.bucket;
     fresh.elements = b.event.elements;
+    fresh.bytes = b.event.bytes;
     b.event = fresh;
-    stats_.gradient_bytes += b.buffer.numel() * static_cast<int64_t>(dtype_size(b.buffer.dtype()));
+    stats_.gradient_bytes += b.event.bytes;
   }
 
   unreachable_.clear();
@@ -281,6 +283,7 @@ void Reducer::finalize() {
     return;
   }
   const auto start = Clock::now();
+  stats_.wait_start = start;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (ready_[i]) continue;
     ensure_in_bucket(i);

@@ -42,6 +42,7 @@ struct BucketEvent {
   using Clock = std::chrono::steady_clock;
   int bucket = 0;
   int64_t elements = 0;
+  int64_t bytes = 0;  // payload: elements x the dtype's size
   Traffic traffic;
   Clock::time_point ready;     // its last gradient arrived
   Clock::time_point launched;  // handed to the comm hook (after every earlier bucket)
@@ -60,6 +61,7 @@ struct ReducerStats {
   double comm_ms = 0;          // the communication thread's time on the buckets' collectives
   double wait_ms = 0;          // the training thread blocked at the end of backward (exposed)
   Clock::time_point backward_start;  // backward reached the module's output
+  Clock::time_point wait_start;      // the end of backward began waiting for the buckets
   Clock::time_point backward_end;    // every bucket reduced
   std::vector<BucketEvent> events;
 };

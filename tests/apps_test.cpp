@@ -1,7 +1,8 @@
 // The training app run as a user runs it: a short real run on Fashion-MNIST, --resume
 // continuing bit-identically, data-parallel runs under mpiexec (every --sync strategy,
-// rank 0 alone printing, gradient accumulation, checkpoints), and bad flags or broken data
-// files that must end in a message naming what is wrong and a non-zero exit.
+// rank 0 alone printing its table and metrics over every rank, gradient accumulation,
+// checkpoints), the --trace files, and bad flags or broken data files that must end in a
+// message naming what is wrong and a non-zero exit.
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -128,19 +130,49 @@ TEST_CASE("train: --resume continues a run bit-identically on one thread") {
 TEST_CASE("train under mpiexec -n 2: every strategy, one printer, the same training") {
   // The same global batch of 64 each way: the strategies differ only in how the gradients
   // are averaged, so the losses agree to the printed digits.
-  const std::string common = " --model mlp --epochs 1 --max-iters 10 --log-every 10 ";
+  const std::string metrics = temp_path("mpi_metrics.jsonl");
+  const std::string common = " --model mlp --epochs 1 --max-iters 10 --log-every 5 --metrics " + metrics;
   std::vector<std::string> losses;
   for (const std::string sync : {"gather-scatter --local-batch 32", "allreduce --algo ring",
                                  "allreduce --algo tree", "ddp --bucket-cap-mb 0.1",
                                  "ddp --grad-accum 2 --global-batch 64"}) {
+    std::filesystem::remove(metrics);
     const Result r = run_train_mpi(2, "--sync " + sync + common);
     INFO(sync, " -> ", r.output);
     CHECK(r.status == 0);
     CHECK(count(r.output, "Epoch [1], Iteration [10/10], Loss:") == 1);  // rank 0 alone
     CHECK(count(r.output, "Test set: Average loss:") == 1);
-    CHECK(contains(r.output, "Communication per iteration and rank:"));
+    // The epoch's table: mean and max over the ranks.
+    CHECK(contains(r.output, "per iteration, 2 ranks"));
+    for (const char* row : {"data wait", "forward", "backward compute", "comm wait (exposed)",
+                            "optimizer", "comm total (comm thread)", "sent", "received",
+                            "overlap (1 - exposed/total)"})
+      CHECK(count(r.output, std::string("\n  ") + row + " ") == 1);
     losses.push_back(field(r.output, "Iteration [10/10], Loss: "));
+    // The metrics: the iteration lines carry every rank's figures too (mean and max).
+    std::ifstream in(metrics);
+    std::string line;
+    int iterations = 0, epochs = 0;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      CHECK(j["ranks"] == 2);
+      for (const char* key : {"data_ms", "forward_ms", "backward_ms", "comm_ms", "optimizer_ms",
+                              "comm_total_ms", "bytes_sent", "bytes_received", "overlap"}) {
+        CAPTURE(key);
+        REQUIRE(j.contains(key));
+        REQUIRE(j.contains(std::string("max_") + key));
+        CHECK(j[std::string("max_") + key].get<double>() >= j[key].get<double>() * (1 - 1e-12));
+      }
+      CHECK(j["bytes_sent"].get<double>() > 0);
+      const std::string step = j["type"] == "epoch" ? "ms_per_iteration" : "step_ms";
+      CHECK(j["max_" + step].get<double>() >= j[step].get<double>() * (1 - 1e-12));
+      iterations += j["type"] == "iteration";
+      epochs += j["type"] == "epoch";
+    }
+    CHECK(iterations == 2);
+    CHECK(epochs == 1);
   }
+  std::filesystem::remove(metrics);
   CHECK(losses.front().size() == 6);  // "2.0353"
   for (const std::string& l : losses) CHECK(l == losses.front());
 }
@@ -211,4 +243,142 @@ TEST_CASE("missing and corrupt dataset files are named with the problem") {
   INFO(corrupt.output);
   CHECK(corrupt.status > 0);
   CHECK(contains(corrupt.output, "train-images-idx3-ubyte.gz"));
+}
+
+namespace {
+
+// A complete event ("ph": "X") of a --trace file.
+struct Span {
+  std::string name, cat;
+  int pid, tid;
+  double begin, end;  // us
+  nlohmann::json args;
+};
+
+std::vector<Span> read_trace(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);  // throws on invalid JSON
+  REQUIRE(j.contains("traceEvents"));
+  REQUIRE(j["traceEvents"].is_array());
+  std::vector<Span> spans;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>();
+    spans.push_back({e["name"].get<std::string>(), e["cat"].get<std::string>(), e["pid"].get<int>(),
+                     e["tid"].get<int>(), ts, ts + e["dur"].get<double>(),
+                     e.value("args", nlohmann::json::object())});
+  }
+  return spans;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// Checks the spans of one rank's trace: `iterations` iteration spans on the compute track
+// (tid 1), each holding a data wait, a forward, a backward, a comm wait (when
+// `comm_spans_per_iteration` > 0) and an optimizer span, and that many spans on the comm
+// track (tid 2), named "allreduce " + a name in `comm_names`; every span of an iteration
+// lies inside it. Returns the comm spans.
+std::vector<Span> check_trace(const std::string& path, int pid, int iterations,
+                              size_t comm_spans_per_iteration) {
+  INFO(path);
+  const std::vector<Span> spans = read_trace(path);
+  std::vector<Span> iteration_spans, comm;
+  for (const Span& s : spans) {
+    CHECK(s.pid == pid);
+    CHECK(s.end >= s.begin);
+    if (s.name == "iteration") iteration_spans.push_back(s);
+    if (s.tid == 2) comm.push_back(s);
+  }
+  REQUIRE(iteration_spans.size() == static_cast<size_t>(iterations));
+  CHECK(comm.size() == comm_spans_per_iteration * iterations);
+  constexpr double kSlack = 0.01;  // us: the file rounds to whole nanoseconds
+  for (const Span& it : iteration_spans) {
+    CAPTURE(it.args.dump());
+    CHECK(it.tid == 1);
+    std::map<std::string, int> inside;
+    size_t comm_inside = 0;
+    for (const Span& s : spans) {
+      if (s.cat == "iteration" || s.cat == "epoch") continue;
+      if (s.begin >= it.begin - kSlack && s.end <= it.end + kSlack) {
+        ++inside[s.name];
+        if (s.tid == 2) ++comm_inside;
+      } else {
+        // Not in this iteration: entirely outside it, so in another one.
+        CHECK((s.end <= it.begin + kSlack || s.begin >= it.end - kSlack));
+      }
+    }
+    CHECK(inside["data wait"] == 1);
+    CHECK(inside["forward"] == 1);
+    CHECK(inside["backward"] == 1);
+    CHECK(inside["optimizer"] == 1);
+    CHECK(inside["comm wait"] == (comm_spans_per_iteration > 0 ? 1 : 0));
+    CHECK(comm_inside == comm_spans_per_iteration);
+  }
+  // Every span but the epoch's lies in some iteration (the loop above checked each one
+  // against every iteration: inside it or outside it).
+  for (const Span& s : spans) {
+    if (s.cat == "iteration" || s.cat == "epoch") continue;
+    size_t holders = 0;
+    for (const Span& it : iteration_spans)
+      holders += s.begin >= it.begin - kSlack && s.end <= it.end + kSlack;
+    CHECK(holders == 1);
+  }
+  return comm;
+}
+
+}  // namespace
+
+TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spans per iteration") {
+  constexpr int kIters = 3;
+  const std::string common = " --model mlp --dataset synthetic --epochs 1 --max-iters 3 ";
+  SUBCASE("ddp on 2 ranks: one file per rank, a span per bucket and iteration") {
+    const std::string path = temp_path("trace.json");
+    // 0.25 MiB buckets: the mlp's fc1.weight (0.8 MB) alone, the rest (0.14 MB) in another.
+    const Result r = run_train_mpi(2, "--sync ddp --bucket-cap-mb 0.25 --trace " + path + common);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK_FALSE(std::filesystem::exists(path));  // the rank goes before the extension
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string file = temp_path("trace.rank" + std::to_string(rank) + ".json");
+      REQUIRE(std::filesystem::exists(file));
+      const std::vector<Span> comm = check_trace(file, rank, kIters, /*buckets=*/2);
+      std::map<int, int> per_bucket;
+      for (const Span& s : comm) {
+        CHECK(starts_with(s.name, "allreduce bucket "));
+        ++per_bucket[s.args["index"].get<int>()];
+        CHECK(s.args["bytes"].get<int64_t>() > 0);
+        CHECK(s.args["sent"].get<int64_t>() == s.args["bytes"].get<int64_t>());  // 2 ranks
+      }
+      CHECK(per_bucket == std::map<int, int>{{0, kIters}, {1, kIters}});
+      std::filesystem::remove(file);
+    }
+  }
+  SUBCASE("allreduce on 2 ranks: a span per gradient") {
+    const std::string path = temp_path("allreduce.json");
+    const Result r = run_train_mpi(2, "--sync allreduce --algo ring --trace " + path + common);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string file = temp_path("allreduce.rank" + std::to_string(rank) + ".json");
+      const std::vector<Span> comm = check_trace(file, rank, kIters, /*parameters=*/6);
+      CHECK(comm.front().name == "allreduce fc1.weight");
+      std::filesystem::remove(file);
+    }
+  }
+  SUBCASE("one process: the file as named, no communication") {
+    const std::string path = temp_path("alone.json");
+    const Result r = run_train("--threads 1 --trace " + path + common);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    check_trace(path, 0, kIters, 0);
+    std::filesystem::remove(path);
+  }
+  SUBCASE("an unwritable path is named") {
+    const Result r = run_train("--threads 1 --trace /nonexistent/dir/t.json" + common);
+    CHECK(r.status > 0);
+    CHECK(contains(r.output, "--trace: cannot open '/nonexistent/dir/t.json'"));
+  }
 }
