@@ -26,12 +26,28 @@
 // (slots * slot_bytes) is rendezvous-like: the sender waits for the receiver to drain.
 // The slots of a channel (2 MiB by default) stay in cache, so a copy through them costs
 // one memcpy from memory at each end, and a reduction reads the incoming piece from cache.
+//
+// Waiting: a rank that can neither send nor receive spins for 50 us (a piece from a peer
+// that is running arrives within that), then sleeps on its doorbell, a futex word in the
+// first line of its segment, after raising its `sleeping` flag and looking at its channels
+// once more. A rank that publishes a piece for a peer, or frees one of the peer's slots,
+// rings the peer's doorbell (increment, FUTEX_WAKE) when that flag is up. On shared cores
+// a rank that waits so leaves its core to others (its peer, when both share one), and the
+// kernel wakes it as soon as its data is there. Measured at 2 ranks, 1 MB, with other jobs
+// on the 2 cores (load 2-3): 12-14 GB/s busbw with a 50 us spin, 6-9 with 2 us (a sleep
+// per piece).
+// Each sleep is capped at 10 ms and at the deadline, so a lost wake-up costs time, not a
+// hang, and a peer that never comes is named at the deadline.
 #include "comm/shm_transport.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -51,15 +67,43 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLine = 64;
+constexpr size_t kControlBytes = kLine;    // doorbell, sleeping: at the start of a segment
 constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
 constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
 constexpr int kNameBytes = 64;
+constexpr auto kSpin = std::chrono::microseconds(50);    // before sleeping on the doorbell
+constexpr auto kMaxSleep = std::chrono::milliseconds(10);  // per sleep (a safety net)
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#endif
+}
+
+// A rank's doorbell (a futex word) and whether it sleeps on it, in its segment's first line.
+uint32_t* doorbell(unsigned char* segment) { return reinterpret_cast<uint32_t*>(segment); }
+uint32_t* sleeping(unsigned char* segment) { return reinterpret_cast<uint32_t*>(segment) + 1; }
+
+// Sleeps while *word == expected, at most `limit`; wakes one sleeper on word. Shared (not
+// FUTEX_PRIVATE): the word lies in memory that several processes map.
+void futex_wait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds limit) {
+#if defined(__linux__)
+  const auto ns = std::max<int64_t>(0, limit.count());
+  timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &timeout, nullptr, 0);
+#else
+  (void)word, (void)expected;
+  std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, std::chrono::microseconds(50)));
+#endif
+}
+
+void futex_wake(uint32_t* word) {
+#if defined(__linux__)
+  syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+#else
+  (void)word;
 #endif
 }
 
@@ -150,7 +194,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, ShmTransportOp
   size_t slot_bytes = (options.slot_bytes + kLine - 1) / kLine * kLine;
   const int slots = options.slots;
   auto segment_bytes_for = [&](size_t slot) {
-    return static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
+    return kControlBytes + static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
   };
   while (slot_bytes > kMinSlot && segment_bytes_for(slot_bytes) > kMaxSegment) slot_bytes /= 2;
   slot_bytes = std::max(kLine, slot_bytes / kLine * kLine);
@@ -202,7 +246,7 @@ ShmTransport::~ShmTransport() {
 }
 
 unsigned char* ShmTransport::channel(int writer, int reader) const {
-  return segments_[writer] + static_cast<size_t>(reader) * channel_bytes_;
+  return segments_[writer] + kControlBytes + static_cast<size_t>(reader) * channel_bytes_;
 }
 
 void ShmTransport::send(const void* data, size_t bytes, int peer) {
@@ -247,58 +291,66 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
   };
 
   size_t sent = 0, received = 0, sent_bytes = 0, received_bytes = 0;
+  auto can_send = [&] {
+    return sent < send_pieces &&
+           load(written(out_channel), std::memory_order_relaxed) -
+                   load(consumed(out_channel), std::memory_order_acquire) <
+               static_cast<uint64_t>(slots_);
+  };
+  auto can_receive = [&] {
+    return received < recv_pieces && load(written(in_channel), std::memory_order_acquire) >
+                                         load(consumed(in_channel), std::memory_order_relaxed);
+  };
   auto idle_since = Clock::now();
-  long idle_polls = 0;
+  bool idle = false;
   while (sent < send_pieces || received < recv_pieces) {
     bool progress = false;
-    if (sent < send_pieces) {
+    if (can_send()) {
       const uint64_t w = load(written(out_channel), std::memory_order_relaxed);
-      if (w - load(consumed(out_channel), std::memory_order_acquire) < static_cast<uint64_t>(slots_)) {
-        const size_t len = std::min(slot_bytes_, send_bytes - sent_bytes);
-        unsigned char* s = slot(out_channel, w);
-        const uint64_t head[2] = {send_bytes, len};
-        std::memcpy(s, head, sizeof head);
-        if (len > 0) std::memcpy(s + kSlotHeadBytes, out + sent_bytes, len);
-        store(written(out_channel), w + 1);
-        ++sent;
-        sent_bytes += len;
-        progress = true;
-      }
+      const size_t len = std::min(slot_bytes_, send_bytes - sent_bytes);
+      unsigned char* s = slot(out_channel, w);
+      const uint64_t head[2] = {send_bytes, len};
+      std::memcpy(s, head, sizeof head);
+      if (len > 0) std::memcpy(s + kSlotHeadBytes, out + sent_bytes, len);
+      store(written(out_channel), w + 1);
+      ring(to);
+      ++sent;
+      sent_bytes += len;
+      progress = true;
     }
-    if (received < recv_pieces) {
+    if (can_receive()) {
       const uint64_t c = load(consumed(in_channel), std::memory_order_relaxed);
-      if (load(written(in_channel), std::memory_order_acquire) > c) {
-        const unsigned char* s = slot(in_channel, c);
-        uint64_t head[2];
-        std::memcpy(head, s, sizeof head);
-        const size_t len = std::min(slot_bytes_, recv_bytes - received_bytes);
-        if (head[0] != recv_bytes || head[1] != len) {
-          broken_ = cat("rank ", rank_, " expected a message of ", recv_bytes, " bytes from rank ",
-                        from, ", got ", head[0], " (the ranks disagree on the collective's size)");
-          throw std::runtime_error(cat("ShmTransport ", call, ": ", broken_));
-        }
-        if (len > 0) {
-          if (reduction) {
-            reduce_into(in + received_bytes, s + kSlotHeadBytes, static_cast<int64_t>(len / esize),
-                        reduction->dtype, reduction->op);
-          } else {
-            std::memcpy(in + received_bytes, s + kSlotHeadBytes, len);
-          }
-        }
-        store(consumed(in_channel), c + 1);
-        ++received;
-        received_bytes += len;
-        progress = true;
+      const unsigned char* s = slot(in_channel, c);
+      uint64_t head[2];
+      std::memcpy(head, s, sizeof head);
+      const size_t len = std::min(slot_bytes_, recv_bytes - received_bytes);
+      if (head[0] != recv_bytes || head[1] != len) {
+        broken_ = cat("rank ", rank_, " expected a message of ", recv_bytes, " bytes from rank ",
+                      from, ", got ", head[0], " (the ranks disagree on the collective's size)");
+        throw std::runtime_error(cat("ShmTransport ", call, ": ", broken_));
       }
+      if (len > 0) {
+        if (reduction) {
+          reduce_into(in + received_bytes, s + kSlotHeadBytes, static_cast<int64_t>(len / esize),
+                      reduction->dtype, reduction->op);
+        } else {
+          std::memcpy(in + received_bytes, s + kSlotHeadBytes, len);
+        }
+      }
+      store(consumed(in_channel), c + 1);
+      ring(from);
+      ++received;
+      received_bytes += len;
+      progress = true;
     }
     if (progress) {
-      idle_polls = 0;
+      idle = false;
       continue;
     }
-    // Nothing moved: spin briefly, then leave the core to others (oversubscribed ranks
-    // need it to make progress), as MpiTransport::complete does.
+    // Nothing moved: spin briefly (a piece from a running peer comes within microseconds),
+    // then sleep until a peer rings this rank's doorbell (Note [shared-memory transport]).
     const auto now = Clock::now();
-    if (idle_polls++ == 0) idle_since = now;
+    if (!idle) idle_since = now, idle = true;
     if (now >= deadline_) {
       std::string waiting;
       if (sent < send_pieces) waiting = cat("rank ", to);
@@ -309,14 +361,30 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       throw std::runtime_error(cat("ShmTransport ", call, " on rank ", rank_,
                                    " timed out waiting for ", waiting));
     }
-    if (now - idle_since < std::chrono::microseconds(20)) {
+    if (now - idle_since < kSpin) {
       cpu_relax();
-    } else if (now - idle_since < std::chrono::milliseconds(20)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
     }
+    unsigned char* const mine = segments_[rank_];
+    const uint32_t rung = std::atomic_ref<uint32_t>(*doorbell(mine)).load(std::memory_order_acquire);
+    std::atomic_ref<uint32_t>(*sleeping(mine)).store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!can_send() && !can_receive()) {
+      futex_wait(doorbell(mine), rung, std::min<Clock::duration>(deadline_ - now, kMaxSleep));
+    }
+    std::atomic_ref<uint32_t>(*sleeping(mine)).store(0, std::memory_order_relaxed);
   }
+}
+
+// After publishing a piece for `peer` or freeing one of its slots: wakes it if it sleeps.
+// The fence orders that store before the load of `sleeping`, as the sleeper's fence orders
+// its store of `sleeping` before its last look at the channels: one of the two sees the other.
+void ShmTransport::ring(int peer) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  unsigned char* const theirs = segments_[peer];
+  if (std::atomic_ref<uint32_t>(*sleeping(theirs)).load(std::memory_order_relaxed) == 0) return;
+  std::atomic_ref<uint32_t>(*doorbell(theirs)).fetch_add(1, std::memory_order_release);
+  futex_wake(doorbell(theirs));
 }
 
 }  // namespace ringflow::comm
