@@ -41,6 +41,9 @@
 #include "comm/shm_transport.h"
 
 #include <fcntl.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -104,6 +107,30 @@ void futex_wake(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
 #else
   (void)word;
+#endif
+}
+
+// memcpy with non-temporal stores: the destination's lines are not read first (no
+// read-for-ownership) and do not displace the cache.
+void copy_streaming(unsigned char* dst, const unsigned char* src, size_t bytes) {
+#if defined(__SSE2__)
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
 #endif
 }
 
@@ -250,29 +277,33 @@ unsigned char* ShmTransport::channel(int writer, int reader) const {
 }
 
 void ShmTransport::send(const void* data, size_t bytes, int peer) {
-  exchange(data, bytes, peer, nullptr, 0, -1, nullptr, "send");
+  exchange(data, bytes, peer, nullptr, 0, -1, {}, "send");
 }
 
 void ShmTransport::recv(void* data, size_t bytes, int peer) {
-  exchange(nullptr, 0, -1, data, bytes, peer, nullptr, "recv");
+  exchange(nullptr, 0, -1, data, bytes, peer, {}, "recv");
 }
 
 void ShmTransport::sendrecv(const void* send_data, size_t send_bytes, int to, void* recv_data,
                             size_t recv_bytes, int from) {
-  exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, nullptr, "sendrecv");
+  exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, {}, "sendrecv");
+}
+
+void ShmTransport::sendrecv_streaming(const void* send_data, size_t send_bytes, int to,
+                                      void* recv_data, size_t recv_bytes, int from) {
+  exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, {.streaming = true},
+           "sendrecv");
 }
 
 void ShmTransport::sendrecv_reduce(const void* send_data, size_t send_bytes, int to, void* inout,
                                    int64_t count, DType dtype, ReduceOp op, int from) {
   RF_CHECK(count >= 0, "ShmTransport::sendrecv_reduce: negative count ", count);
-  const Reduction reduction{dtype, op};
   exchange(send_data, send_bytes, to, inout, static_cast<size_t>(count) * dtype_size(dtype), from,
-           &reduction, "sendrecv_reduce");
+           {.reduce = true, .dtype = dtype, .op = op}, "sendrecv_reduce");
 }
 
 void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
-                            size_t recv_bytes, int from, const Reduction* reduction,
-                            const char* call) {
+                            size_t recv_bytes, int from, Landing landing, const char* call) {
   if (!broken_.empty()) {
     throw std::runtime_error(cat("ShmTransport ", call, " on rank ", rank_,
                                  ": unusable since an earlier call failed: ", broken_));
@@ -285,7 +316,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
   const size_t recv_pieces = from >= 0 ? pieces(recv_bytes, slot_bytes_) : 0;
   unsigned char* const out_channel = to >= 0 ? channel(rank_, to) : nullptr;
   unsigned char* const in_channel = from >= 0 ? channel(from, rank_) : nullptr;
-  const size_t esize = reduction ? dtype_size(reduction->dtype) : 1;
+  const size_t esize = landing.reduce ? dtype_size(landing.dtype) : 1;
   auto slot = [&](unsigned char* ch, uint64_t piece) {
     return ch + kHeadBytes + (piece % static_cast<uint64_t>(slots_)) * (kSlotHeadBytes + slot_bytes_);
   };
@@ -330,9 +361,11 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
         throw std::runtime_error(cat("ShmTransport ", call, ": ", broken_));
       }
       if (len > 0) {
-        if (reduction) {
+        if (landing.reduce) {
           reduce_into(in + received_bytes, s + kSlotHeadBytes, static_cast<int64_t>(len / esize),
-                      reduction->dtype, reduction->op);
+                      landing.dtype, landing.op);
+        } else if (landing.streaming) {
+          copy_streaming(in + received_bytes, s + kSlotHeadBytes, len);
         } else {
           std::memcpy(in + received_bytes, s + kSlotHeadBytes, len);
         }

@@ -63,18 +63,23 @@ class ShmTransport final : public Transport {
                 size_t recv_bytes, int from) override;
   void sendrecv_reduce(const void* send_data, size_t send_bytes, int to, void* inout,
                        int64_t count, DType dtype, ReduceOp op, int from) override;
+  void sendrecv_streaming(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                          size_t recv_bytes, int from) override;
 
  private:
-  struct Reduction {
-    DType dtype;
-    ReduceOp op;
+  // How received pieces land: copied, copied with non-temporal stores, or reduced in.
+  struct Landing {
+    bool streaming = false;
+    bool reduce = false;
+    DType dtype = DType::f32;  // reduce only
+    ReduceOp op = ReduceOp::sum;
   };
   ShmTransport(int rank, int size, size_t slot_bytes, int slots,
                std::vector<unsigned char*> segments, size_t segment_bytes);
   // Moves one message each way (to < 0: none sent; from < 0: none received), interleaving
   // the pieces of both so that neither end waits for the other's whole message.
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
-                size_t recv_bytes, int from, const Reduction* reduction, const char* call);
+                size_t recv_bytes, int from, Landing landing, const char* call);
   unsigned char* channel(int writer, int reader) const;
   void ring(int peer);  // wakes peer if it sleeps on its doorbell
 

@@ -31,6 +31,14 @@ class Transport {
   // where they arrive (shared memory) reduces straight from there, in one pass.
   virtual void sendrecv_reduce(const void* send_data, size_t send_bytes, int to, void* inout,
                                int64_t count, DType dtype, ReduceOp op, int from);
+  // sendrecv whose received bytes the caller will not read again soon (the last allgather
+  // step of a ring over a buffer larger than the cache): a transport that copies them in
+  // may write around the cache (non-temporal stores), which spares reading each
+  // destination line from memory first. The default is sendrecv.
+  virtual void sendrecv_streaming(const void* send_data, size_t send_bytes, int to,
+                                  void* recv_data, size_t recv_bytes, int from) {
+    sendrecv(send_data, send_bytes, to, recv_data, recv_bytes, from);
+  }
 };
 
 }  // namespace ringflow::comm

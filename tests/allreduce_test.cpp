@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/detail.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
 
@@ -313,6 +314,16 @@ TEST_CASE("a large prime count (1000003 elements), several ring segments") {
     if (n <= 3) {
       check_closed_form(Algorithm::ring, DType::f64, ReduceOp::max, 1000003);
       check_closed_form(Algorithm::recursive_doubling, DType::i64, ReduceOp::avg, 1000003);
+    }
+  });
+}
+
+TEST_CASE("ring over a buffer larger than the cache keeps: the last step streams") {
+  on_each_transport([&] {
+    const int64_t count = static_cast<int64_t>(detail::streaming_from_bytes() / 4) + 3;
+    check_closed_form(Algorithm::ring, DType::f32, ReduceOp::sum, count);
+    if (transport().size() <= 3) {
+      check_closed_form(Algorithm::ring, DType::bf16, ReduceOp::avg, 2 * count + 1);
     }
   });
 }
