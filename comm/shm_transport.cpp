@@ -27,17 +27,15 @@
 // The slots of a channel (2 MiB by default) stay in cache, so a copy through them costs
 // one memcpy from memory at each end, and a reduction reads the incoming piece from cache.
 //
-// Waiting: a rank that can neither send nor receive spins for 50 us (a piece from a peer
-// that is running arrives within that), then sleeps on its doorbell, a futex word in the
-// first line of its segment, after raising its `sleeping` flag and looking at its channels
-// once more. A rank that publishes a piece for a peer, or frees one of the peer's slots,
-// rings the peer's doorbell (increment, FUTEX_WAKE) when that flag is up. On shared cores
-// a rank that waits so leaves its core to others (its peer, when both share one), and the
-// kernel wakes it as soon as its data is there. Measured at 2 ranks, 1 MB, with other jobs
-// on the 2 cores (load 2-3): 12-14 GB/s busbw with a 50 us spin, 6-9 with 2 us (a sleep
-// per piece).
-// Each sleep is capped at 10 ms and at the deadline, so a lost wake-up costs time, not a
-// hang, and a peer that never comes is named at the deadline.
+// Waiting: a rank that can neither send nor receive spins for 20 us (a piece from a peer
+// that is running arrives within that), then yields its core until 20 ms have passed
+// without progress, then sleeps 50 us between looks, as MpiTransport::complete does.
+// Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
+// publishes. At 2 ranks, not bound to cores, with other jobs on the 2 cores, 1 or 2 runs
+// in 4 then stayed at about 3 GB/s at every size from 1 to 64 MB (none did when bound with
+// `mpiexec -bind-to core`, which suggests both ranks ending up on one core: a wake-up may
+// move the sleeper to the waker's core, and a sleeping rank shows the load balancer no
+// imbalance); yielding gave 9-15 GB/s at 1-4 MB and 4.4-7 at 16-64 MB in the same runs.
 #include "comm/shm_transport.h"
 
 #include <fcntl.h>
@@ -47,10 +45,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -70,43 +64,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLine = 64;
-constexpr size_t kControlBytes = kLine;    // doorbell, sleeping: at the start of a segment
 constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
 constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
 constexpr int kNameBytes = 64;
-constexpr auto kSpin = std::chrono::microseconds(50);    // before sleeping on the doorbell
-constexpr auto kMaxSleep = std::chrono::milliseconds(10);  // per sleep (a safety net)
+constexpr auto kSpin = std::chrono::microseconds(20);   // then yield
+constexpr auto kYield = std::chrono::milliseconds(20);  // then sleep between looks
+constexpr auto kSleep = std::chrono::microseconds(50);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
-#endif
-}
-
-// A rank's doorbell (a futex word) and whether it sleeps on it, in its segment's first line.
-uint32_t* doorbell(unsigned char* segment) { return reinterpret_cast<uint32_t*>(segment); }
-uint32_t* sleeping(unsigned char* segment) { return reinterpret_cast<uint32_t*>(segment) + 1; }
-
-// Sleeps while *word == expected, at most `limit`; wakes one sleeper on word. Shared (not
-// FUTEX_PRIVATE): the word lies in memory that several processes map.
-void futex_wait(uint32_t* word, uint32_t expected, std::chrono::nanoseconds limit) {
-#if defined(__linux__)
-  const auto ns = std::max<int64_t>(0, limit.count());
-  timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &timeout, nullptr, 0);
-#else
-  (void)word, (void)expected;
-  std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(limit, std::chrono::microseconds(50)));
-#endif
-}
-
-void futex_wake(uint32_t* word) {
-#if defined(__linux__)
-  syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
-#else
-  (void)word;
 #endif
 }
 
@@ -221,7 +190,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, ShmTransportOp
   size_t slot_bytes = (options.slot_bytes + kLine - 1) / kLine * kLine;
   const int slots = options.slots;
   auto segment_bytes_for = [&](size_t slot) {
-    return kControlBytes + static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
+    return static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
   };
   while (slot_bytes > kMinSlot && segment_bytes_for(slot_bytes) > kMaxSegment) slot_bytes /= 2;
   slot_bytes = std::max(kLine, slot_bytes / kLine * kLine);
@@ -273,7 +242,7 @@ ShmTransport::~ShmTransport() {
 }
 
 unsigned char* ShmTransport::channel(int writer, int reader) const {
-  return segments_[writer] + kControlBytes + static_cast<size_t>(reader) * channel_bytes_;
+  return segments_[writer] + static_cast<size_t>(reader) * channel_bytes_;
 }
 
 void ShmTransport::send(const void* data, size_t bytes, int peer) {
@@ -344,7 +313,6 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       std::memcpy(s, head, sizeof head);
       if (len > 0) std::memcpy(s + kSlotHeadBytes, out + sent_bytes, len);
       store(written(out_channel), w + 1);
-      ring(to);
       ++sent;
       sent_bytes += len;
       progress = true;
@@ -371,7 +339,6 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
         }
       }
       store(consumed(in_channel), c + 1);
-      ring(from);
       ++received;
       received_bytes += len;
       progress = true;
@@ -380,8 +347,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       idle = false;
       continue;
     }
-    // Nothing moved: spin briefly (a piece from a running peer comes within microseconds),
-    // then sleep until a peer rings this rank's doorbell (Note [shared-memory transport]).
+    // Nothing moved: spin, yield, then sleep (Note [shared-memory transport]).
     const auto now = Clock::now();
     if (!idle) idle_since = now, idle = true;
     if (now >= deadline_) {
@@ -396,28 +362,12 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     }
     if (now - idle_since < kSpin) {
       cpu_relax();
-      continue;
+    } else if (now - idle_since < kYield) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kSleep);
     }
-    unsigned char* const mine = segments_[rank_];
-    const uint32_t rung = std::atomic_ref<uint32_t>(*doorbell(mine)).load(std::memory_order_acquire);
-    std::atomic_ref<uint32_t>(*sleeping(mine)).store(1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!can_send() && !can_receive()) {
-      futex_wait(doorbell(mine), rung, std::min<Clock::duration>(deadline_ - now, kMaxSleep));
-    }
-    std::atomic_ref<uint32_t>(*sleeping(mine)).store(0, std::memory_order_relaxed);
   }
-}
-
-// After publishing a piece for `peer` or freeing one of its slots: wakes it if it sleeps.
-// The fence orders that store before the load of `sleeping`, as the sleeper's fence orders
-// its store of `sleeping` before its last look at the channels: one of the two sees the other.
-void ShmTransport::ring(int peer) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  unsigned char* const theirs = segments_[peer];
-  if (std::atomic_ref<uint32_t>(*sleeping(theirs)).load(std::memory_order_relaxed) == 0) return;
-  std::atomic_ref<uint32_t>(*doorbell(theirs)).fetch_add(1, std::memory_order_release);
-  futex_wake(doorbell(theirs));
 }
 
 }  // namespace ringflow::comm

@@ -13,8 +13,9 @@
 // the kernel frees them once every rank has. Nothing a peer does later can write into the
 // caller's buffers, only into the segments.
 //
-// Threading: calls from one thread at a time. Waiting: spins for 50 us, then sleeps until
-// a peer has something for it (a futex in shared memory). With a deadline (set_deadline; the process group sets its collective's), a
+// Threading: calls from one thread at a time. Waiting: spins for 20 us, then yields, then
+// (after 20 ms without progress) sleeps 50 us between looks, as MpiTransport does with a
+// deadline. With a deadline (set_deadline; the process group sets its collective's), a
 // wait past it throws std::runtime_error naming the rank waited for, and the transport is
 // then unusable (its channels stop part-way through a message): every later call throws.
 // A message of another length than expected throws as well.
@@ -81,7 +82,6 @@ class ShmTransport final : public Transport {
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
                 size_t recv_bytes, int from, Landing landing, const char* call);
   unsigned char* channel(int writer, int reader) const;
-  void ring(int peer);  // wakes peer if it sleeps on its doorbell
 
   int rank_ = 0, size_ = 1;
   size_t slot_bytes_ = 0;
