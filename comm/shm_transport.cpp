@@ -31,11 +31,10 @@
 // that is running arrives within that), then yields its core until 20 ms have passed
 // without progress, then sleeps 50 us between looks, as MpiTransport::complete does.
 // Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
-// publishes. At 2 ranks, not bound to cores, with other jobs on the 2 cores, 1 or 2 runs
-// in 4 then stayed at about 3 GB/s at every size from 1 to 64 MB (none did when bound with
-// `mpiexec -bind-to core`, which suggests both ranks ending up on one core: a wake-up may
-// move the sleeper to the waker's core, and a sleeping rank shows the load balancer no
-// imbalance); yielding gave 9-15 GB/s at 1-4 MB and 4.4-7 at 16-64 MB in the same runs.
+// publishes (after a 50 us spin). In interleaved runs here (2 ranks, bound to cores or
+// not, other jobs on the 2 cores, 5 runs each) neither policy came out ahead: both had
+// runs at 9-15 GB/s at 1 MB and runs at about 3 GB/s at every size, the latter from the
+// other jobs (MPI_Allreduce halved in the same runs). The simpler one stays.
 #include "comm/shm_transport.h"
 
 #include <fcntl.h>
