@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@
 
 #include "comm/allreduce.h"
 #include "comm/mpi_transport.h"
+#include "comm/shm_transport.h"
 
 namespace {
 
@@ -46,6 +49,8 @@ struct Options {
   std::vector<std::string> algorithms = {"native", "naive", "tree", "recursive_doubling",
                                          "ring", "auto"};
   size_t segment_bytes = 1 << 20;
+  std::string transport = "auto";
+  ShmTransportOptions shm;
   int warmup = 2, repeat = 5;
   double min_ms = 100;
   std::string json;
@@ -160,6 +165,12 @@ int main(int argc, char** argv) {
   app.add_option("--algorithms", o.algorithms,
                  "native naive tree recursive_doubling ring auto");
   app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
+  app.add_option("--transport", o.transport,
+                 "what our algorithms talk through: auto (shm where every rank is on this "
+                 "node, else mpi), mpi, shm")
+      ->check(CLI::IsMember({"auto", "mpi", "shm"}));
+  app.add_option("--shm-slot-bytes", o.shm.slot_bytes, "shm transport: bytes per slot");
+  app.add_option("--shm-slots", o.shm.slots, "shm transport: slots per channel");
   app.add_option("--warmup", o.warmup, "untimed calls after the checked one");
   app.add_option("--repeat", o.repeat, "timed batches per row (at least)");
   app.add_option("--min-ms", o.min_ms, "timed milliseconds per row (at least)");
@@ -191,12 +202,26 @@ int main(int argc, char** argv) {
     MPI_Comm comm, native_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &native_comm);
-    MpiTransport transport(comm);
+    MpiTransport mpi_transport(comm);
+    std::unique_ptr<ShmTransport> shm_transport;
+    std::string transport_name = "mpi", why_not = "not asked for";
+    if (o.transport != "mpi") {
+      shm_transport = ShmTransport::create(comm, o.shm, &why_not);
+      if (!shm_transport && o.transport == "shm") throw std::runtime_error("--transport shm: " + why_not);
+    }
+    if (shm_transport) {
+      transport_name = fmt::format("shm ({} slots of {} B per channel)", shm_transport->slots(),
+                                   shm_transport->slot_bytes());
+    } else {
+      transport_name += " (shm: " + why_not + ")";
+    }
+    Transport& transport = shm_transport ? static_cast<Transport&>(*shm_transport) : mpi_transport;
     std::vector<unsigned char> data(max_bytes + 64), spare(rank == 0 ? max_bytes + 64 : 0);
 
     if (rank == 0) {
-      fmt::print("# ringflow bench/collectives: allreduce, {} ranks, dtype {}, op {}, ring segment {} B\n",
-                 n, dtype_name(dtype), reduce_op_name(op), o.segment_bytes);
+      fmt::print("# ringflow bench/collectives: allreduce, {} ranks, dtype {}, op {}, ring segment {} B\n"
+                 "# our algorithms' transport: {}\n",
+                 n, dtype_name(dtype), reduce_op_name(op), o.segment_bytes, transport_name);
       fmt::print("# busbw = algbw * 2(n-1)/n; vs_native = busbw / MPI_Allreduce busbw at that size;\n"
                  "# memcpy = single-thread memcpy GB/s on rank 0 at that size (the bound)\n");
       fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>9} {:>10} {:>6}\n", "size(B)",
@@ -269,6 +294,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && !o.json.empty()) {
       nlohmann::json doc = {{"bench", "collectives"}, {"collective", "allreduce"},
                             {"world_size", n}, {"segment_bytes", o.segment_bytes},
+                            {"transport", transport_name},
                             {"rows", rows}};
       std::ofstream(o.json) << doc.dump(2) << "\n";
     }

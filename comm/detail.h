@@ -18,4 +18,9 @@ void check_args(const char* algorithm, const Transport& t, Buffer buf, int root 
 // while it holds it.
 void* scratch(size_t bytes);
 
+// Buffers of at least this many bytes do not stay in cache until their next use: half the
+// last-level cache (sysconf), 16 MiB where that is unknown. Their last writes may bypass
+// the cache (Transport::sendrecv_streaming).
+size_t streaming_from_bytes();
+
 }  // namespace ringflow::comm::detail

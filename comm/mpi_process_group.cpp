@@ -19,8 +19,10 @@
 // communicator that reuses the context id. Make a new group to go on. In checking mode the fingerprint exchange is point to
 // point, so the ranks whose fingerprint did not arrive are exactly the ranks that did not
 // arrive at the collective: they are named. Without checking mode they are unknown.
-// Our own allreduce algorithms run through an MpiTransport given the same deadline: it
-// polls its requests and names the peer it waited for in vain.
+// Our own allreduce algorithms run through an MpiTransport, or the group's ShmTransport
+// when every rank is on this node, given the same deadline: it polls its requests (or
+// channels) and names the peer it waited for in vain. A ShmTransport leaves nothing
+// pending: a late peer writes only into the shared segments, never into the tensors.
 // Memory: MPI may still write into the buffers of a timed-out collective if a late rank
 // turns up, so the collective that broke the group is kept alive (its tensors with it)
 // for the rest of the process, deliberately leaked. (The algorithms' per-thread scratch
@@ -58,7 +60,9 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/counting_transport.h"
 #include "comm/mpi_transport.h"
+#include "comm/shm_transport.h"
 #include "framework/error.h"
 #include "kernels/cuda_copy.h"
 
@@ -267,6 +271,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   }
   RF_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   RF_CHECK_MPI(MPI_Comm_size(comm_, &size_));
+  if (options_.shared_memory) shm_ = ShmTransport::create(algo_comm_);
   thread_ = std::thread([this] { run_loop(); });
 }
 
@@ -296,6 +301,8 @@ std::string MpiProcessGroup::broken_reason() const {
   std::lock_guard lock(mutex_);
   return broken_;
 }
+
+std::string MpiProcessGroup::transport_name() const { return shm_ ? "shm" : "mpi"; }
 
 // The sequence number is taken under the queue's lock, so that numbers follow queue order
 // even when several threads issue (the order across ranks is then the caller's problem).
@@ -677,7 +684,9 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
       return;
     }
     op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
-    MpiTransport transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
+    MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
+    if (shm_) shm_->set_deadline(op.deadline);
+    CountingTransport transport(shm_ ? static_cast<Transport&>(*shm_) : mpi_transport);
     try {
       switch (algo) {
         case Algorithm::naive: naive_allreduce(transport, b, o.op, o.root); break;

@@ -4,7 +4,9 @@
 // so the caller keeps computing (the DDP reducer overlaps backward with communication
 // through this). The group owns three duplicates of the parent communicator: one for
 // MPI's own collectives and send/recv, one for our allreduce algorithms (MpiTransport),
-// one for checking-mode fingerprints, so their messages never match each other's.
+// one for checking-mode fingerprints, so their messages never match each other's. When
+// every rank is on this node, our algorithms talk through shared memory instead
+// (ShmTransport, made at construction; see MpiProcessGroupOptions::shared_memory).
 //
 // MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
 // group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
@@ -47,12 +49,19 @@
 
 namespace ringflow::comm {
 
+class ShmTransport;
+
 struct MpiProcessGroupOptions {
   // Before each collective, exchange a fingerprint (kind, reduce op, dtype, count, root,
   // algorithm, sequence number) with every rank: a mismatch fails the collective on every
   // rank with both fingerprints in the message, and a rank that does not arrive within the
   // timeout is named. Costs one small all-to-all message round per collective.
   bool checking = false;
+  // Our allreduce algorithms (naive, tree, recursive doubling, ring) talk through shared
+  // memory (comm/shm_transport.h) when every rank of the group is on this node, through
+  // MPI point to point otherwise (why: Note [shared-memory transport] in
+  // comm/shm_transport.cpp). false keeps them on MPI.
+  bool shared_memory = true;
 };
 
 // RINGFLOW_COMM_CHECK=1 in the environment: for apps and tests to pass into the options
@@ -77,6 +86,8 @@ class MpiProcessGroup final : public ProcessGroup {
   bool checking() const { return options_.checking; }
   // Empty while usable; the reason once a collective timed out (see the contract).
   std::string broken_reason() const;
+  // What our allreduce algorithms talk through: "shm" or "mpi".
+  std::string transport_name() const;
 
   // A tensor argument of a collective and the host memory that MPI reads and writes for it:
   // the tensor's own for a CPU tensor, a block of the staging area for a CUDA tensor.
@@ -144,6 +155,7 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm comm_ = MPI_COMM_NULL;        // MPI's collectives, send/recv
   MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
+  std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
   mutable std::mutex mutex_;
   int64_t next_seq_ = 0;                 // collectives issued, under mutex_
   int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_

@@ -87,7 +87,6 @@ void MpiTransport::sendrecv(const void* send_data, size_t send_bytes, int to, vo
                   to);
       check_count(status, static_cast<int>(recv_bytes), from, rank_);
     }
-    count_traffic(send_bytes, to, recv_bytes, from);
     return;
   }
   const char* call = from < 0 ? "send" : to < 0 ? "recv" : "sendrecv";
@@ -114,12 +113,6 @@ void MpiTransport::sendrecv(const void* send_data, size_t send_bytes, int to, vo
   for (size_t k = 0; k < recv_pieces; ++k) {
     check_count(statuses[k], piece_bytes(recv_bytes, k), from, rank_);
   }
-  count_traffic(send_bytes, to, recv_bytes, from);
-}
-
-void MpiTransport::count_traffic(size_t send_bytes, int to, size_t recv_bytes, int from) {
-  if (to >= 0) traffic_.sent += static_cast<int64_t>(send_bytes);
-  if (from >= 0) traffic_.received += static_cast<int64_t>(recv_bytes);
 }
 
 // statuses[i] is filled for requests[i] (as MPI_Waitall does).

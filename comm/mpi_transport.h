@@ -9,15 +9,12 @@
 // non-blocking requests instead of blocking, and throws std::runtime_error naming the
 // peer that did not arrive once the deadline passes; its requests are then left pending
 // (the caller must treat the communicator as broken).
-// It counts the bytes it sends and receives (traffic()), so that the process group reports
-// what an algorithm actually moved (comm/traffic.h).
 #pragma once
 
 #include <mpi.h>
 
 #include <chrono>
 
-#include "comm/traffic.h"
 #include "comm/transport.h"
 
 namespace ringflow::comm {
@@ -34,8 +31,6 @@ class MpiTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
-  // Bytes sent and received by the calls that completed so far (measured = true).
-  Traffic traffic() const { return traffic_; }
 
   void send(const void* data, size_t bytes, int peer) override;
   void recv(void* data, size_t bytes, int peer) override;
@@ -46,14 +41,12 @@ class MpiTransport final : public Transport {
   // Waits for n requests (peers[i]: the rank of requests[i]), blocking or until deadline_.
   void complete(int n, MPI_Request* requests, MPI_Status* statuses, const int* peers,
                 const char* call);
-  void count_traffic(size_t send_bytes, int to, size_t recv_bytes, int from);
 
   MPI_Comm comm_;
   int tag_;
   Deadline deadline_;
   int rank_ = 0;
   int size_ = 1;
-  Traffic traffic_{0, 0, /*measured=*/true};
 };
 
 }  // namespace ringflow::comm

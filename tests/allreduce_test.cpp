@@ -1,5 +1,7 @@
-// The allreduce algorithms of comm/ (naive, tree, recursive doubling, ring) on an
-// MpiTransport, run under mpiexec at 1..5 ranks: against closed forms (rank r contributes
+// The allreduce algorithms of comm/ (naive, tree, recursive doubling, ring) on each
+// transport (MpiTransport; ShmTransport, since mpiexec runs every rank on this node; and
+// ShmTransport with tiny slots, so that every message takes many pieces and wraps its
+// channel), run under mpiexec at 1..5 ranks: against closed forms (rank r contributes
 // (r + 1) * k with k = 1 + i % 7, so sum = k n(n+1)/2, max = k n, min = k, avg = sum / n,
 // all exact in every dtype) and against MPI_Allreduce on random data. Every rank runs
 // every case. At 3+ ranks (oversubscribed on small machines, ~10-50 ms a collective) the
@@ -17,7 +19,9 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/detail.h"
 #include "comm/mpi_transport.h"
+#include "comm/shm_transport.h"
 
 using namespace ringflow;
 using namespace ringflow::comm;
@@ -30,15 +34,45 @@ constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, Reduce
 constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16,
                              DType::bf16, DType::i32, DType::i64};
 
-// One communicator for the whole test program, duplicated from MPI_COMM_WORLD.
-MpiTransport& transport() {
-  static MPI_Comm comm = [] {
-    MPI_Comm c;
-    MPI_Comm_dup(MPI_COMM_WORLD, &c);
-    return c;
-  }();
-  static MpiTransport t(comm);
+MPI_Comm dup_world() {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  return c;
+}
+
+// The transports, made once for the whole test program (ShmTransport::create is collective).
+struct Transports {
+  MpiTransport mpi{dup_world()};
+  std::unique_ptr<ShmTransport> shm = ShmTransport::create(dup_world());
+  // 64-byte slots, 2 per channel: a 1 KB message takes 16 pieces and wraps its channel 8 times.
+  std::unique_ptr<ShmTransport> shm_tiny =
+      ShmTransport::create(dup_world(), {.slot_bytes = 64, .slots = 2});
+};
+
+Transports& transports() {
+  static Transports t;
   return t;
+}
+
+Transport* current = nullptr;
+
+// The transport the algorithms run on: MPI's unless inside on_each_transport.
+Transport& transport() { return current ? *current : transports().mpi; }
+
+// Runs f once per transport (tiny: also on the tiny-slot one), with transport() set to it.
+template <class F>
+void on_each_transport(F f, bool tiny = false) {
+  Transports& t = transports();
+  REQUIRE_MESSAGE(t.shm, "every rank of mpiexec is on this node: ShmTransport must be made");
+  REQUIRE(t.shm_tiny);
+  std::vector<std::pair<const char*, Transport*>> list = {{"mpi", &t.mpi}, {"shm", t.shm.get()}};
+  if (tiny) list.push_back({"shm with 64-byte slots", t.shm_tiny.get()});
+  for (auto [name, transport] : list) {
+    CAPTURE(name);
+    current = transport;
+    f();
+  }
+  current = nullptr;
 }
 
 void run(Algorithm algo, Buffer buf, ReduceOp op, size_t segment_bytes = 1 << 20) {
@@ -253,60 +287,78 @@ TEST_CASE("reduce_into and finish_average on every dtype") {
 }
 
 TEST_CASE("every algorithm x dtype x op x small count gives the closed form") {
-  const int n = transport().size();
-  const bool full = n <= 2;
-  int turn = 0;
-  for (Algorithm algo : kAlgorithms) {
-    for (DType dtype : kDTypes) {
-      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t(n - 1), int64_t(n + 1), int64_t{37}}) {
-        if (full) {
-          for (ReduceOp op : kOps) check_closed_form(algo, dtype, op, count);
-        } else {
-          if (count == 37 && n >= 4) continue;
-          check_closed_form(algo, dtype, kOps[turn++ % 4], count);
+  on_each_transport([&] {
+    const int n = transport().size();
+    const bool full = n <= 2;
+    int turn = 0;
+    for (Algorithm algo : kAlgorithms) {
+      for (DType dtype : kDTypes) {
+        for (int64_t count : {int64_t{0}, int64_t{1}, int64_t(n - 1), int64_t(n + 1), int64_t{37}}) {
+          if (full) {
+            for (ReduceOp op : kOps) check_closed_form(algo, dtype, op, count);
+          } else {
+            if (count == 37 && n >= 4) continue;
+            check_closed_form(algo, dtype, kOps[turn++ % 4], count);
+          }
         }
       }
     }
-  }
+  }, /*tiny=*/true);
 }
 
 TEST_CASE("a large prime count (1000003 elements), several ring segments") {
-  const int n = transport().size();
-  for (Algorithm algo : kAlgorithms) check_closed_form(algo, DType::f32, ReduceOp::sum, 1000003);
-  check_closed_form(Algorithm::ring, DType::bf16, ReduceOp::avg, 1000003);
-  if (n <= 3) {
-    check_closed_form(Algorithm::ring, DType::f64, ReduceOp::max, 1000003);
-    check_closed_form(Algorithm::recursive_doubling, DType::i64, ReduceOp::avg, 1000003);
-  }
+  on_each_transport([&] {
+    const int n = transport().size();
+    for (Algorithm algo : kAlgorithms) check_closed_form(algo, DType::f32, ReduceOp::sum, 1000003);
+    check_closed_form(Algorithm::ring, DType::bf16, ReduceOp::avg, 1000003);
+    if (n <= 3) {
+      check_closed_form(Algorithm::ring, DType::f64, ReduceOp::max, 1000003);
+      check_closed_form(Algorithm::recursive_doubling, DType::i64, ReduceOp::avg, 1000003);
+    }
+  });
+}
+
+TEST_CASE("ring over a buffer larger than the cache keeps: the last step streams") {
+  on_each_transport([&] {
+    const int64_t count = static_cast<int64_t>(detail::streaming_from_bytes() / 4) + 3;
+    check_closed_form(Algorithm::ring, DType::f32, ReduceOp::sum, count);
+    if (transport().size() <= 3) {
+      check_closed_form(Algorithm::ring, DType::bf16, ReduceOp::avg, 2 * count + 1);
+    }
+  });
 }
 
 TEST_CASE("ring with tiny segments and uneven chunks") {
-  const int n = transport().size();
-  // Segments smaller than an element, of odd sizes, and more segments than elements.
-  for (size_t segment_bytes : {size_t{1}, size_t{12}, size_t{100}}) {
-    const int64_t count = n <= 2 ? 1009 : 6 * n + 1;  // one sendrecv per segment
-    check_closed_form(Algorithm::ring, DType::f32, ReduceOp::sum, count, segment_bytes);
-    if (n <= 3) {
-      check_closed_form(Algorithm::ring, DType::f16, ReduceOp::max, n + 1, segment_bytes);
-      check_closed_form(Algorithm::ring, DType::i64, ReduceOp::avg, 2 * n + 3, segment_bytes);
+  on_each_transport([&] {
+    const int n = transport().size();
+    // Segments smaller than an element, of odd sizes, and more segments than elements.
+    for (size_t segment_bytes : {size_t{1}, size_t{12}, size_t{100}}) {
+      const int64_t count = n <= 2 ? 1009 : 6 * n + 1;  // one sendrecv per segment
+      check_closed_form(Algorithm::ring, DType::f32, ReduceOp::sum, count, segment_bytes);
+      if (n <= 3) {
+        check_closed_form(Algorithm::ring, DType::f16, ReduceOp::max, n + 1, segment_bytes);
+        check_closed_form(Algorithm::ring, DType::i64, ReduceOp::avg, 2 * n + 3, segment_bytes);
+      }
     }
-  }
+  }, /*tiny=*/true);
 }
 
 TEST_CASE("random data agrees with MPI_Allreduce, and every rank holds the same bits") {
-  const int n = transport().size();
-  for (Algorithm algo : kAlgorithms) {
-    if (n <= 3) {
-      for (DType dtype : kDTypes) {
-        for (ReduceOp op : kOps) check_against_mpi(algo, dtype, op, 1001);
+  on_each_transport([&] {
+    const int n = transport().size();
+    for (Algorithm algo : kAlgorithms) {
+      if (n <= 3) {
+        for (DType dtype : kDTypes) {
+          for (ReduceOp op : kOps) check_against_mpi(algo, dtype, op, 1001);
+        }
+      } else {
+        check_against_mpi(algo, DType::f32, ReduceOp::sum, 1001);
+        check_against_mpi(algo, DType::bf16, ReduceOp::avg, 1001);
+        check_against_mpi(algo, DType::i64, ReduceOp::max, 1001);
       }
-    } else {
-      check_against_mpi(algo, DType::f32, ReduceOp::sum, 1001);
-      check_against_mpi(algo, DType::bf16, ReduceOp::avg, 1001);
-      check_against_mpi(algo, DType::i64, ReduceOp::max, 1001);
+      check_against_mpi(algo, DType::f32, ReduceOp::sum, 262147);  // prime, > 1 MB
     }
-    check_against_mpi(algo, DType::f32, ReduceOp::sum, 262147);  // prime, > 1 MB
-  }
+  });
 }
 
 TEST_CASE("bad arguments throw before any message is sent") {
@@ -378,4 +430,79 @@ TEST_CASE("MpiTransport past its deadline throws naming the peer that did not se
   }
   MPI_Barrier(comm);
   MPI_Comm_free(&comm);
+}
+
+TEST_CASE("ShmTransport: sendrecv with itself and with a neighbour, messages longer than a channel") {
+  ShmTransport& t = *transports().shm_tiny;  // a channel holds 2 x 64 bytes
+  const int rank = t.rank(), n = t.size();
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{4099}}) {
+    CAPTURE(bytes);
+    std::vector<unsigned char> out(bytes + 1), in(bytes + 1, 0xee);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(rank * 31 + i);
+    t.sendrecv(out.data(), bytes, rank, in.data(), bytes, rank);
+    CHECK(std::memcmp(in.data(), out.data(), bytes) == 0);
+    CHECK(in[bytes] == 0xee);  // nothing written past the message
+    const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    t.sendrecv(out.data(), bytes, right, in.data(), bytes, left);
+    int64_t bad = 0;
+    for (size_t i = 0; i < bytes; ++i) bad += in[i] != static_cast<unsigned char>(left * 31 + i);
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("ShmTransport with a deadline gives the same results") {
+  ShmTransport& t = *transports().shm;
+  t.set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(120));
+  const int rank = t.rank(), n = t.size();
+  for (int64_t count : {int64_t{1}, int64_t(n + 1), int64_t{4099}, int64_t{300007}}) {
+    CAPTURE(count);
+    std::vector<float> ring(count), rd(count);
+    for (int64_t i = 0; i < count; ++i) ring[i] = rd[i] = (rank + 1) * (1 + i % 7);
+    ring_allreduce(t, {ring.data(), count, DType::f32}, ReduceOp::sum, /*segment_bytes=*/1000);
+    recursive_doubling_allreduce(t, {rd.data(), count, DType::f32}, ReduceOp::min);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      bad += ring[i] != expected(ReduceOp::sum, DType::f32, n, i);
+      bad += rd[i] != expected(ReduceOp::min, DType::f32, n, i);
+    }
+    CHECK(bad == 0);
+  }
+  t.set_deadline(ShmTransport::Deadline::max());
+}
+
+TEST_CASE("ShmTransport past its deadline throws naming the peer, then refuses every call") {
+  if (transport().size() < 2) return;
+  auto t = ShmTransport::create(dup_world());
+  REQUIRE(t);
+  if (t->rank() == 0) {
+    t->set_deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    const auto start = std::chrono::steady_clock::now();
+    char data[16];
+    try {
+      t->recv(data, sizeof data, /*peer=*/1);
+      FAIL("recv returned without a sender");
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find("timed out") != std::string::npos, what);
+      CHECK_MESSAGE(what.find("rank 1") != std::string::npos, what);
+    }
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    CHECK_THROWS_WITH_AS(t->send(data, sizeof data, 1), doctest::Contains("unusable"),
+                         std::runtime_error);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("ShmTransport: a message of another length than expected throws on the receiver") {
+  if (transport().size() < 2) return;
+  auto t = ShmTransport::create(dup_world());
+  REQUIRE(t);
+  char data[16] = {};
+  if (t->rank() == 0) t->send(data, 8, /*peer=*/1);
+  if (t->rank() == 1) {
+    CHECK_THROWS_WITH_AS(t->recv(data, 16, /*peer=*/0),
+                         doctest::Contains("expected a message of 16 bytes from rank 0, got 8"),
+                         std::runtime_error);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
 }

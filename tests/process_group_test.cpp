@@ -207,6 +207,26 @@ TEST_CASE("traffic: each allreduce algorithm's counted bytes equal its closed fo
   CHECK(bcast->traffic().received == (r == n - 1 ? 0 : count * 4));
 }
 
+TEST_CASE("allreduce: our algorithms through shared memory on one node, or MPI when asked") {
+  for (bool shared : {true, false}) {
+    CAPTURE(shared);
+    MpiProcessGroupOptions o = checking();
+    o.shared_memory = shared;
+    MpiProcessGroup pg(MPI_COMM_WORLD, o);
+    CHECK(pg.transport_name() == (shared ? "shm" : "mpi"));  // mpiexec: every rank here
+    const int n = pg.size(), r = pg.rank();
+    for (Algorithm a : {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
+                        Algorithm::ring}) {
+      for (int64_t c : {int64_t{1}, int64_t{n + 1}, int64_t{300007}}) {
+        Tensor t = pattern(c, DType::f32, r + 1);
+        pg.allreduce(t, opts(ReduceOp::sum, a))->wait();
+        check_values(t, [&](int64_t i) { return expected_reduce(ReduceOp::sum, DType::f32, n, k_of(i)); },
+                     tag(algorithm_name(a), DType::f32, c));
+      }
+    }
+  }
+}
+
 TEST_CASE("broadcast, reduce, allgather, reduce_scatter, gather, scatter: every dtype") {
   MpiProcessGroup pg(MPI_COMM_WORLD, checking());
   const int n = pg.size(), r = pg.rank();
