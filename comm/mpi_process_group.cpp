@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/collective_kind.h"
 #include "comm/counting_transport.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
@@ -71,40 +72,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Kind : int32_t {
-  broadcast, reduce, allreduce, allgather, reduce_scatter, gather, scatter, barrier
-};
-
-const char* kind_name(int32_t kind) {
-  switch (static_cast<Kind>(kind)) {
-    case Kind::broadcast: return "broadcast";
-    case Kind::reduce: return "reduce";
-    case Kind::allreduce: return "allreduce";
-    case Kind::allgather: return "allgather";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::gather: return "gather";
-    case Kind::scatter: return "scatter";
-    case Kind::barrier: return "barrier";
-  }
-  return "?";
-}
-
-bool reduces(Kind k) {
-  return k == Kind::reduce || k == Kind::allreduce || k == Kind::reduce_scatter;
-}
-bool rooted(Kind k) {
-  return k == Kind::broadcast || k == Kind::reduce || k == Kind::gather || k == Kind::scatter;
-}
+using Kind = CollectiveKind;
 
 std::string describe(const MpiProcessGroup::Fingerprint& fp) {
-  const Kind kind = static_cast<Kind>(fp.kind);
-  std::string s = cat(kind_name(fp.kind), " #", fp.seq);
-  if (kind == Kind::barrier) return s;
-  s += cat(" (", dtype_name(static_cast<DType>(fp.dtype)), ", ", fp.count, " elements");
-  if (reduces(kind)) s += cat(", ", reduce_op_name(static_cast<ReduceOp>(fp.op)));
-  if (kind == Kind::allreduce) s += cat(", ", algorithm_name(static_cast<Algorithm>(fp.algorithm)));
-  if (rooted(kind)) s += cat(", root ", fp.root);
-  return s + ")";
+  return describe_collective(static_cast<Kind>(fp.kind), fp.seq, static_cast<DType>(fp.dtype),
+                             fp.count, static_cast<ReduceOp>(fp.op),
+                             static_cast<Algorithm>(fp.algorithm), fp.root);
 }
 
 std::string mpi_error_text(int code) {

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/collective_kind.h"
 #include "comm/device_choice.h"
 #include "comm/nccl_detail.h"
 #include "framework/error.h"
@@ -185,37 +186,11 @@ ncclResult_t settle(ncclComm_t comm, ncclResult_t result, Clock::time_point dead
   return result;
 }
 
-enum class Kind { broadcast, reduce, allreduce, allgather, reduce_scatter, gather, scatter, barrier };
+using Kind = CollectiveKind;
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::broadcast: return "broadcast";
-    case Kind::reduce: return "reduce";
-    case Kind::allreduce: return "allreduce";
-    case Kind::allgather: return "allgather";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::gather: return "gather";
-    case Kind::scatter: return "scatter";
-    case Kind::barrier: return "barrier";
-  }
-  return "?";
-}
-
-// As MpiProcessGroup's descriptions: "allreduce #5 (f32, 1000 elements, sum, native)".
 std::string describe(Kind kind, int64_t seq, DType dtype, int64_t count,
                      const CollectiveOptions& o) {
-  std::string s = cat(kind_name(kind), " #", seq);
-  if (kind == Kind::barrier) return s;
-  s += cat(" (", dtype_name(dtype), ", ", count, " elements");
-  if (kind == Kind::reduce || kind == Kind::allreduce || kind == Kind::reduce_scatter) {
-    s += cat(", ", reduce_op_name(o.op));
-  }
-  if (kind == Kind::allreduce) s += ", native";
-  if (kind == Kind::broadcast || kind == Kind::reduce || kind == Kind::gather ||
-      kind == Kind::scatter) {
-    s += cat(", root ", o.root);
-  }
-  return s + ")";
+  return describe_collective(kind, seq, dtype, count, o.op, Algorithm::native, o.root);
 }
 
 size_t nbytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); }

@@ -20,6 +20,7 @@
 #include "comm/ddp.h"
 #include "comm/mpi_process_group.h"
 #include "framework/ringflow.h"
+#include "tests/testing.h"
 #include "models/registry.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
@@ -61,22 +62,7 @@ Batch rows(const Batch& b, int64_t begin, int64_t count) {
   return {b.x.narrow(0, begin, count).contiguous(), b.y.narrow(0, begin, count).contiguous()};
 }
 
-// max |a - b| / max |b| over each pair of tensors, the largest.
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const std::vector<double> x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
-    REQUIRE(x.size() == y.size());
-    double diff = 0, scale = 1e-30;
-    for (size_t k = 0; k < x.size(); ++k) {
-      diff = std::max(diff, std::fabs(x[k] - y[k]));
-      scale = std::max(scale, std::fabs(y[k]));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
+using testing::max_rel_diff;
 
 std::vector<Tensor> grads(const nn::Module& m) {
   std::vector<Tensor> g;

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -97,6 +98,23 @@ inline bool require_cuda() {
   if (cuda_device_count(&why) > 0) return true;
   MESSAGE("SKIP (no CUDA device): " << why);
   return false;
+}
+
+// max |a - b| / max |b| over each pair of tensors, the largest (b is the reference).
+inline double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::vector<double> x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    REQUIRE(x.size() == y.size());
+    double diff = 0, scale = 1e-30;
+    for (size_t k = 0; k < x.size(); ++k) {
+      diff = std::max(diff, std::fabs(x[k] - y[k]));
+      scale = std::max(scale, std::fabs(y[k]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 }  // namespace ringflow::testing

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/allocator.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
@@ -23,22 +22,6 @@ constexpr int64_t kMaxOutputPixels = 64;
 // small enough that the chunk stays in the last-level cache.
 constexpr int64_t kChunkBytes = 8 << 20;
 constexpr int64_t kMinChunkRows = 256;
-
-// Host scratch from the caching allocator, so steps do not fault fresh pages in.
-class Scratch {
- public:
-  explicit Scratch(int64_t floats)
-      : bytes_(size_t(std::max<int64_t>(floats, 1)) * sizeof(float)),
-        data_(static_cast<float*>(cpu_allocate(bytes_))) {}
-  ~Scratch() { cpu_deallocate(data_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* get() const { return data_; }
-
- private:
-  size_t bytes_;
-  float* data_;
-};
 
 struct Dims {
   int64_t N, C, H, W;  // input
@@ -108,22 +91,26 @@ bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, 
   // dw_khwc[k, (r, s, c)] = sum over rows of dy[row, k] * col[row, (r, s, c)].
   const int64_t L = d.patch();
   const int64_t chunk = std::min(d.rows(), std::max(kMinChunkRows, kChunkBytes / (L * 4)));
-  Scratch col(chunk * L), dw_khwc(d.K * L);
+  // Scratch from the caching allocator, so that steps do not fault fresh pages in.
+  ScratchBuffer col_buf(size_t(chunk * L) * sizeof(float));
+  ScratchBuffer dw_buf(size_t(d.K * L) * sizeof(float));
+  float* col = static_cast<float*>(col_buf.data());
+  float* dw_khwc = static_cast<float*>(dw_buf.data());
   const float* xp = x.ptr<const float>();
   const float* dyp = dy.ptr<const float>();
   for (int64_t row0 = 0; row0 < d.rows(); row0 += chunk) {
     const int64_t rows = std::min(chunk, d.rows() - row0);
-    im2col(col.get(), xp, d, p, row0, rows);
+    im2col(col, xp, d, p, row0, rows);
     const dnnl_status_t status =
-        dnnl_sgemm('T', 'N', d.K, L, rows, 1.0f, dyp + row0 * d.K, d.K, col.get(), L,
-                   row0 == 0 ? 0.0f : 1.0f, dw_khwc.get(), L);
+        dnnl_sgemm('T', 'N', d.K, L, rows, 1.0f, dyp + row0 * d.K, d.K, col, L,
+                   row0 == 0 ? 0.0f : 1.0f, dw_khwc, L);
     if (status != dnnl_success)
       throw std::runtime_error(describe("conv2d_backward_weights: dnnl_sgemm failed for dw dy x",
                                         {&dw, &dy, &x}));
   }
   // Into the caller's dw, whatever its strides (plain OIHW in practice).
   float* out = dw.ptr<float>();
-  const float* src = dw_khwc.get();
+  const float* src = dw_khwc;
 #pragma omp parallel for schedule(static) if (d.K * L > 65536)
   for (int64_t k = 0; k < d.K; ++k) {
     for (int64_t r = 0; r < d.R; ++r)
