@@ -49,6 +49,7 @@ struct Flags {
   int steps = 10;
   int warmup = 2;
   int rounds = 2;
+  std::string conv_algo = "auto";
   bool no_torch = false;
   bool json = false;
   std::string python = "/usr/bin/python3";
@@ -288,6 +289,10 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", f.rounds, "rounds alternating ringflow and PyTorch; each side keeps its fastest")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--conv-algo", f.conv_algo, "ringflow's CPU convolutions: auto (oneDNN's choice, "
+                 "Winograd included) or direct")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "direct"}));
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();
@@ -296,6 +301,7 @@ int main(int argc, char** argv) {
 
   try {
     if (f.threads > 0) set_num_threads(f.threads);
+    set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
     std::vector<std::pair<std::string, int64_t>> rows;
     if (f.models.empty() && f.batches.empty()) {
       rows = {{"vgg11_cifar", 64}, {"vgg11_cifar", 256}, {"resnet18_cifar", 64}, {"resnet18_cifar", 256},

@@ -256,6 +256,24 @@ TEST_CASE("conv2d forward / backward-data / backward-weights match the reference
   CHECK(failed == 0);
 }
 
+// The shapes of VGG/ResNet's 3x3 layers, where ConvAlgorithm::automatic lets oneDNN pick
+// Winograd on AVX-512 machines: both algorithms within the same tolerance of the reference.
+TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference") {
+  std::mt19937 rng(2);
+  for (ConvAlgorithm algorithm : {ConvAlgorithm::automatic, ConvAlgorithm::direct}) {
+    set_conv_algorithm(algorithm);
+    for (Layout layout : {Layout::nhwc, Layout::nchw}) {
+      ConvCase c{32, 64, 64, 16, 16, 3, 3, {}, layout, layout, DType::f32};
+      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+      CHECK(check_conv(c, rng));
+    }
+  }
+  set_conv_algorithm(ConvAlgorithm::automatic);
+  CHECK(conv_algorithm_from_name("direct") == ConvAlgorithm::direct);
+  CHECK_THROWS_WITH(conv_algorithm_from_name("fft"),
+                    "unknown convolution algorithm 'fft' (auto or direct)");
+}
+
 // ---------------------------------------------------------------- matmul
 void check_matmul(int64_t B, int64_t M, int64_t K, int64_t N, bool ta, bool tb, bool bcast_a,
                   bool bcast_b, DType dt, std::mt19937& rng, int& failed) {

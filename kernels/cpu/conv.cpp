@@ -5,8 +5,28 @@
 // activations are reordered into it and back per call (Operand), which costs far less.
 // Weights are reordered into the primitive's choice once per version (Note [weight cache]
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
-// sgemm instead (conv_gemm.cpp).
+// sgemm instead (conv_gemm.cpp). The algorithm (direct or oneDNN's choice, which includes
+// Winograd) is a process setting: set_conv_algorithm in kernels/backend.h.
+#include <atomic>
+#include <stdexcept>
+
 #include "kernels/cpu/cpu_kernels.h"
+
+namespace ringflow {
+namespace {
+std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::automatic};
+}  // namespace
+
+void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm); }
+ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(); }
+
+ConvAlgorithm conv_algorithm_from_name(const std::string& name) {
+  if (name == "auto") return ConvAlgorithm::automatic;
+  if (name == "direct") return ConvAlgorithm::direct;
+  throw std::invalid_argument("unknown convolution algorithm '" + name + "' (auto or direct)");
+}
+
+}  // namespace ringflow
 
 namespace ringflow::cpu {
 namespace {
@@ -27,8 +47,14 @@ Geometry geometry(const Conv2dParams& p) {
           {p.pad_bottom, p.pad_right}};
 }
 
+dnnl::algorithm algorithm_now() {
+  return conv_algorithm() == ConvAlgorithm::direct ? algorithm::convolution_direct
+                                                   : algorithm::convolution_auto;
+}
+
+// The key holds the algorithm too, so that switching it takes effect for every shape.
 KeyBuilder& add_params(KeyBuilder& k, const Conv2dParams& p) {
-  k.add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom).add(p.pad_left);
+  k.add(int64_t(conv_algorithm())).add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom).add(p.pad_left);
   k.add(p.pad_right).add(p.dilation_h).add(p.dilation_w);
   return k;
 }
@@ -47,7 +73,7 @@ FwdPd make_fwd_pd(const View& x, const View& w, const View* bias, const View& y,
                   const Conv2dParams& p, prop_kind prop) {
   const Geometry g = geometry(p);
   const md bmd = bias ? bias_md(*bias) : md();
-  dnnl::convolution_forward::desc d(prop, algorithm::convolution_direct, any_layout(x),
+  dnnl::convolution_forward::desc d(prop, algorithm_now(), any_layout(x),
                                     any_layout(w), bmd, any_layout(y), g.strides, g.dilates,
                                     g.pad_l, g.pad_r);
   return FwdPd(d, dnnl_engine());
@@ -100,7 +126,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
     const FwdPd hint = make_fwd_pd(dx, w, nullptr, dy, p, prop_kind::forward_training);
     const Geometry g = geometry(p);
-    dnnl::convolution_backward_data::desc d(algorithm::convolution_direct, any_layout(dx),
+    dnnl::convolution_backward_data::desc d(algorithm_now(), any_layout(dx),
                                             any_layout(w), any_layout(dy), g.strides, g.dilates,
                                             g.pad_l, g.pad_r);
     auto pd = std::make_shared<BwdDataPd>(d, dnnl_engine(), hint);
@@ -134,7 +160,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     const FwdPd hint = make_fwd_pd(x, dw, db, dy, p, prop_kind::forward_training);
     const Geometry g = geometry(p);
     dnnl::convolution_backward_weights::desc d(
-        algorithm::convolution_direct, any_layout(x), any_layout(dw), db ? bias_md(*db) : md(),
+        algorithm_now(), any_layout(x), any_layout(dw), db ? bias_md(*db) : md(),
         any_layout(dy), g.strides, g.dilates, g.pad_l, g.pad_r);
     auto pd = std::make_shared<BwdWeightsPd>(d, dnnl_engine(), hint);
     return CachedPrimitive{dnnl::convolution_backward_weights(*pd), pd};
