@@ -16,47 +16,11 @@
 #include "kernels/backend.h"
 #include "kernels/cuda_copy.h"
 #include "kernels/cuda_devices.h"
+#include "kernels/cuda_memory.h"
+#include "tests/cuda_skip.h"
 
 namespace ringflow {
 namespace {
-
-struct CudaStatus {
-  int count = 0;
-  std::string why;
-};
-
-const CudaStatus& cuda_status() {
-  static const CudaStatus status = [] {
-    CudaStatus s;
-    s.count = cuda_device_count(&s.why);
-    return s;
-  }();
-  return status;
-}
-
-// Evaluated during static initialisation, before the test cases below register.
-const bool kNoDevice = cuda_status().count == 0;
-
-// Prints "SKIP: <test case>: <why>" for every skipped test case, so the reason shows in
-// the output (and in meson's test log) while doctest counts the case as skipped.
-struct SkipReasonListener : doctest::IReporter {
-  std::ostream& out;
-  explicit SkipReasonListener(const doctest::ContextOptions& options) : out(*options.cout) {}
-  void test_case_skipped(const doctest::TestCaseData& tc) override {
-    out << "SKIP: " << tc.m_name << ": " << cuda_status().why << "\n";
-  }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-};
 
 const DType kAllDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
                             DType::i64};
@@ -149,8 +113,6 @@ std::string pair_name(DType dst, DType src) {
 
 }  // namespace
 
-DOCTEST_REGISTER_LISTENER("cuda_skip_reason", 1, SkipReasonListener);
-
 TEST_CASE("cuda table and device count say what this build and machine have") {
   std::string why;
   const int count = cuda_device_count(&why);
@@ -171,6 +133,11 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
     free_pinned_host(nullptr);
     CHECK_THROWS_WITH_AS(set_cuda_device(0), doctest::Contains("built without CUDA"),
                          std::runtime_error);
+    CHECK(cuda_memory_stats(0).reserved == 0);
+    cuda_empty_cache();
+    CHECK_THROWS_WITH_AS(cuda_record_stream(&x, nullptr), doctest::Contains("built without CUDA"),
+                         std::runtime_error);
+    CHECK_THROWS_AS(cuda_memory_stats(-1), std::invalid_argument);
     return;
   }
   CHECK(std::string(cuda->name) == "cuda");
@@ -197,6 +164,14 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
     CHECK_THROWS_WITH_AS(set_cuda_device(count), doctest::Contains("cudaSetDevice"),
                          std::runtime_error);
   }
+  // The allocator's API answers without a device; pointers not from it are refused.
+  if (count == 0) CHECK(cuda_memory_stats(0).raw_allocations == 0);
+  CHECK_THROWS_AS(cuda_memory_stats(-1), std::invalid_argument);
+  int not_device_memory = 0;
+  CHECK_THROWS_WITH_AS(cuda_record_stream(&not_device_memory, nullptr),
+                       doctest::Contains("not memory of the CUDA caching allocator"),
+                       std::invalid_argument);
+  cuda_empty_cache();
   // Shape checks come before any CUDA call, so they hold without a device too.
   float x[2] = {};
   CHECK_THROWS_AS(cuda->copy(make_view(x, DType::f32, {2}), make_view(x, DType::f32, {1})),
@@ -206,7 +181,7 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
                   std::invalid_argument);
 }
 
-TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
+TEST_CASE("allocate, fill and read back; running out of memory names the request" *
           doctest::skip(kNoDevice)) {
   const Backend& cuda = *cuda_backend();
   CHECK(cuda.allocate(0) == nullptr);
@@ -226,10 +201,43 @@ TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
   } catch (const std::runtime_error& e) {
     const std::string msg = e.what();
     MESSAGE(msg);
-    CHECK(msg.find("kernels/cuda/backend.cpp:") != std::string::npos);
-    CHECK(msg.find("cudaMalloc") != std::string::npos);
-    CHECK(msg.find("CUDA error") != std::string::npos);
+    // The caching allocator's OutOfMemoryError, after emptying its cache and retrying.
+    CHECK(msg.find(": out of memory: cannot allocate 1.00 EiB (1152921504606846976 bytes") !=
+          std::string::npos);
+    CHECK(msg.find("cudaMemGetInfo: ") != std::string::npos);
   }
+}
+
+TEST_CASE("the caching allocator serves repeated steps from its cache; empty_cache gives it back" *
+          doctest::skip(kNoDevice)) {
+  set_cuda_device(0);
+  cuda_empty_cache();
+  const CachingAllocatorStats start = cuda_memory_stats(0);
+  // A step's buffers: one from the small pool, one from a 20 MiB segment, one of its own.
+  const int64_t elements[] = {100, 300000, 10000000};
+  int64_t step_bytes = 0;
+  for (int64_t n : elements) step_bytes += n * 4;
+  uint64_t raw_after_first_step = 0;
+  for (int step = 0; step < 3; ++step) {
+    {
+      DeviceBuf a(DType::f32, elements[0]), b(DType::f32, elements[1]), c(DType::f32, elements[2]);
+      for (const DeviceBuf* buf : {&a, &b, &c}) cuda_backend()->fill(buf->flat(), step);
+      CHECK(cuda_memory_stats(0).allocated >= start.allocated + step_bytes);
+    }
+    const CachingAllocatorStats s = cuda_memory_stats(0);
+    CHECK(s.allocated == start.allocated);
+    if (step == 0) raw_after_first_step = s.raw_allocations;
+    CHECK(s.raw_allocations == raw_after_first_step);  // later steps: no cudaMalloc
+  }
+  const CachingAllocatorStats s = cuda_memory_stats(0);
+  CHECK(s.raw_allocations >= start.raw_allocations + 3);
+  CHECK(s.peak_allocated >= start.allocated + step_bytes);
+  CHECK(s.reserved >= start.reserved + 2 * 1024 * 1024 + 20 * 1024 * 1024 + 40000000);
+  cuda_reset_peak_memory_stats(0);
+  CHECK(cuda_memory_stats(0).peak_allocated == start.allocated);
+  cuda_empty_cache();
+  CHECK(cuda_memory_stats(0).reserved == start.reserved);
+  CHECK(cuda_memory_stats(0).raw_frees - s.raw_frees == s.raw_allocations - start.raw_allocations);
 }
 
 TEST_CASE("pinned host memory: device -> pinned -> device keeps the bits" *
