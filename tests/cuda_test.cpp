@@ -5,6 +5,7 @@
 // always runs and checks what a build without a device must still do.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -146,7 +147,8 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
   CHECK(bool(cuda->deallocate));
   CHECK(bool(cuda->copy));
   CHECK(bool(cuda->fill));
-  CHECK_FALSE(bool(cuda->matmul));  // not yet: dispatch throws "not implemented on cuda"
+  CHECK(bool(cuda->matmul));
+  CHECK_FALSE(bool(cuda->conv2d_forward));  // not yet: dispatch throws "not implemented on cuda"
   CHECK(allocate_pinned_host(0) == nullptr);
   free_pinned_host(nullptr);
   if (count == 0) {
@@ -173,6 +175,13 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
                        std::invalid_argument);
   cuda_empty_cache();
   // Shape checks come before any CUDA call, so they hold without a device too.
+  float m[24] = {};
+  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f32, {1, 2, 3}), make_view(m, DType::f32, {1, 2, 4}),
+                                    make_view(m, DType::f32, {1, 5, 3})),
+                       doctest::Contains("matmul on cuda: shapes do not match"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f16, {1, 2, 3}), make_view(m, DType::f16, {1, 2, 4}),
+                                    make_view(m, DType::f16, {1, 4, 3})),
+                       doctest::Contains("dtype f16 not implemented"), std::invalid_argument);
   float x[2] = {};
   CHECK_THROWS_AS(cuda->copy(make_view(x, DType::f32, {2}), make_view(x, DType::f32, {1})),
                   std::invalid_argument);
@@ -387,6 +396,74 @@ TEST_CASE("copy_between_devices stages converting and non-dense copies" *
     reference_backend().copy(expected.view(shape), src.view(shape, channels_last));
     CHECK(first_mismatch(nchw, expected) == -1);
   }
+}
+
+TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  struct Dims {
+    int64_t B, M, K, N;
+  };
+  const Dims sizes[] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {3, 17, 1, 13}, {1, 64, 129, 31}, {4, 1, 37, 1}};
+  // Strides of a (B, R, C) operand by name: the GEMM layouts, and one that needs a copy.
+  const auto strides_of = [](const char* layout, int64_t R, int64_t C) -> Shape {
+    const std::string l = layout;
+    if (l == "row-major") return {R * C, C, 1};
+    if (l == "transposed") return {R * C, 1, R};
+    if (l == "broadcast batch") return {0, C, 1};
+    return {2 * R * C, 2 * C, 2};  // "every other element"
+  };
+  const char* operand_layouts[] = {"row-major", "transposed", "broadcast batch", "every other element"};
+  const char* out_layouts[] = {"row-major", "transposed"};
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Dims& d : sizes) {
+      for (const char* la : operand_layouts) {
+        for (const char* lb : operand_layouts) {
+          for (const char* lo : out_layouts) {
+            const std::string name = std::string(dtype_name(dt)) + " (B, M, K, N) = (" +
+                                     std::to_string(d.B) + ", " + std::to_string(d.M) + ", " +
+                                     std::to_string(d.K) + ", " + std::to_string(d.N) + "), a " +
+                                     la + ", b " + lb + ", out " + lo;
+            CAPTURE(name);
+            const Shape sa = strides_of(la, d.M, d.K), sb = strides_of(lb, d.K, d.N);
+            const Shape so = strides_of(lo, d.M, d.N);
+            const Shape shape_a = {d.B, d.M, d.K}, shape_b = {d.B, d.K, d.N}, shape_o = {d.B, d.M, d.N};
+            const int64_t na = span(shape_a, sa), nb = span(shape_b, sb), no = span(shape_o, so);
+            HostBuf a = host_values(dt, na, [](int64_t i) { return 0.25 * (i % 11) - 1; });
+            HostBuf b = host_values(dt, nb, [](int64_t i) { return 0.5 * (i % 7) - 1.5; });
+            HostBuf expected(dt, no);
+            reference_backend().fill(expected.flat(), 0.0);
+            reference_backend().matmul(expected.view(shape_o, so), a.view(shape_a, sa),
+                                       b.view(shape_b, sb));
+            DeviceBuf a_dev(dt, na), b_dev(dt, nb), out_dev(dt, no);
+            upload(a_dev, a);
+            upload(b_dev, b);
+            cuda.fill(out_dev.flat(), 0.0);
+            cuda.matmul(out_dev.view(shape_o, so), a_dev.view(shape_a, sa), b_dev.view(shape_b, sb));
+            // Multiples of 1/8 with sums far below 2^24: exact whatever the order of additions.
+            CHECK(first_mismatch(download(out_dev), expected) == -1);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuBLAS matmul keeps f32 in f32: TF32 is off by default" * doctest::skip(kNoDevice)) {
+  // 1 + 2^-13 needs 13 mantissa bits: TF32 (10 bits) would round it to 1 and every sum to 64.
+  const int64_t n = 64;
+  const double x = 1.0 + std::ldexp(1.0, -13);
+  HostBuf a = host_values(DType::f32, n * n, [&](int64_t) { return x; });
+  HostBuf b = host_values(DType::f32, n * n, [](int64_t) { return 1.0; });
+  DeviceBuf a_dev(DType::f32, n * n), b_dev(DType::f32, n * n), out_dev(DType::f32, n * n);
+  upload(a_dev, a);
+  upload(b_dev, b);
+  cuda_backend()->matmul(out_dev.view({1, n, n}), a_dev.view({1, n, n}), b_dev.view({1, n, n}));
+  const HostBuf out = download(out_dev);
+  const float* got = reinterpret_cast<const float*>(out.mem.data());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n * n; ++i) bad += got[i] != static_cast<float>(n * x);
+  CHECK_MESSAGE(bad == 0, "out[0] = " << got[0] << ", expected " << n * x);
 }
 
 }  // namespace ringflow

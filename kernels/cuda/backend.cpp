@@ -1,6 +1,6 @@
 // The CUDA backend table. For now it holds memory (the caching allocator, allocator.cpp),
-// copy and fill; every other entry is null, so dispatch throws "op X not implemented on
-// cuda". Streams: Note [CUDA streams] in cuda_kernels.h.
+// copy, fill and matmul (cuBLAS); every other entry is null, so dispatch throws "op X not
+// implemented on cuda". Streams: Note [CUDA streams] in cuda_kernels.h.
 #include "kernels/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -30,6 +30,7 @@ const Backend* cuda_backend() {
     b.deallocate = cuda::deallocate;
     b.copy = cuda::copy;
     b.fill = cuda::fill;
+    b.matmul = cuda::matmul;
     return b;
   }();
   return &table;

@@ -22,6 +22,10 @@ void copy(const View& dst, const View& src);
 // dst[i] = value converted to dst's dtype, any strides.
 void fill(const View& dst, double value);
 
+// matmul.cpp: out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32 and f64, any
+// strides (batch stride 0 broadcasts); other dtypes throw std::invalid_argument.
+void matmul(const View& out, const View& a, const View& b);
+
 // allocator.cpp: the caching allocator of the current device, for the legacy default
 // stream. deallocate never throws (a failure is reported on stderr); nbytes is not needed.
 void* allocate(size_t nbytes);
