@@ -1,11 +1,13 @@
 // Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
-// no CUDA table, no devices (with the reason); cross-device copies and pinned memory throw.
+// no CUDA table, no devices (with the reason); cross-device copies, pinned memory and
+// cuda_record_stream throw; the CUDA allocator's statistics are zero.
 #include <stdexcept>
 #include <string>
 
 #include "kernels/backend.h"
 #include "kernels/cuda_copy.h"
 #include "kernels/cuda_devices.h"
+#include "kernels/cuda_memory.h"
 
 namespace ringflow {
 namespace {
@@ -35,5 +37,19 @@ void* allocate_pinned_host(size_t nbytes) {
 }
 
 void free_pinned_host(void* /*ptr*/) noexcept {}  // allocate_pinned_host never returned any
+
+CachingAllocatorStats cuda_memory_stats(int device) {
+  if (device < 0)
+    throw std::invalid_argument("CUDA device index " + std::to_string(device) + " is negative");
+  return {};
+}
+
+void cuda_reset_peak_memory_stats(int /*device*/) {}
+
+void cuda_empty_cache() {}
+
+void cuda_record_stream(void* /*ptr*/, CudaStream /*stream*/) {
+  throw std::runtime_error(std::string("cuda_record_stream: ") + kWhy);
+}
 
 }  // namespace ringflow

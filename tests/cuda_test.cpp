@@ -5,6 +5,7 @@
 // always runs and checks what a build without a device must still do.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -16,47 +17,11 @@
 #include "kernels/backend.h"
 #include "kernels/cuda_copy.h"
 #include "kernels/cuda_devices.h"
+#include "kernels/cuda_memory.h"
+#include "tests/cuda_skip.h"
 
 namespace ringflow {
 namespace {
-
-struct CudaStatus {
-  int count = 0;
-  std::string why;
-};
-
-const CudaStatus& cuda_status() {
-  static const CudaStatus status = [] {
-    CudaStatus s;
-    s.count = cuda_device_count(&s.why);
-    return s;
-  }();
-  return status;
-}
-
-// Evaluated during static initialisation, before the test cases below register.
-const bool kNoDevice = cuda_status().count == 0;
-
-// Prints "SKIP: <test case>: <why>" for every skipped test case, so the reason shows in
-// the output (and in meson's test log) while doctest counts the case as skipped.
-struct SkipReasonListener : doctest::IReporter {
-  std::ostream& out;
-  explicit SkipReasonListener(const doctest::ContextOptions& options) : out(*options.cout) {}
-  void test_case_skipped(const doctest::TestCaseData& tc) override {
-    out << "SKIP: " << tc.m_name << ": " << cuda_status().why << "\n";
-  }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-};
 
 const DType kAllDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
                             DType::i64};
@@ -149,8 +114,6 @@ std::string pair_name(DType dst, DType src) {
 
 }  // namespace
 
-DOCTEST_REGISTER_LISTENER("cuda_skip_reason", 1, SkipReasonListener);
-
 TEST_CASE("cuda table and device count say what this build and machine have") {
   std::string why;
   const int count = cuda_device_count(&why);
@@ -171,6 +134,11 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
     free_pinned_host(nullptr);
     CHECK_THROWS_WITH_AS(set_cuda_device(0), doctest::Contains("built without CUDA"),
                          std::runtime_error);
+    CHECK(cuda_memory_stats(0).reserved == 0);
+    cuda_empty_cache();
+    CHECK_THROWS_WITH_AS(cuda_record_stream(&x, nullptr), doctest::Contains("built without CUDA"),
+                         std::runtime_error);
+    CHECK_THROWS_AS(cuda_memory_stats(-1), std::invalid_argument);
     return;
   }
   CHECK(std::string(cuda->name) == "cuda");
@@ -179,7 +147,8 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
   CHECK(bool(cuda->deallocate));
   CHECK(bool(cuda->copy));
   CHECK(bool(cuda->fill));
-  CHECK_FALSE(bool(cuda->matmul));  // not yet: dispatch throws "not implemented on cuda"
+  CHECK(bool(cuda->matmul));
+  CHECK_FALSE(bool(cuda->conv2d_forward));  // not yet: dispatch throws "not implemented on cuda"
   CHECK(allocate_pinned_host(0) == nullptr);
   free_pinned_host(nullptr);
   if (count == 0) {
@@ -197,7 +166,22 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
     CHECK_THROWS_WITH_AS(set_cuda_device(count), doctest::Contains("cudaSetDevice"),
                          std::runtime_error);
   }
+  // The allocator's API answers without a device; pointers not from it are refused.
+  if (count == 0) CHECK(cuda_memory_stats(0).raw_allocations == 0);
+  CHECK_THROWS_AS(cuda_memory_stats(-1), std::invalid_argument);
+  int not_device_memory = 0;
+  CHECK_THROWS_WITH_AS(cuda_record_stream(&not_device_memory, nullptr),
+                       doctest::Contains("not memory of the CUDA caching allocator"),
+                       std::invalid_argument);
+  cuda_empty_cache();
   // Shape checks come before any CUDA call, so they hold without a device too.
+  float m[24] = {};
+  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f32, {1, 2, 3}), make_view(m, DType::f32, {1, 2, 4}),
+                                    make_view(m, DType::f32, {1, 5, 3})),
+                       doctest::Contains("matmul on cuda: shapes do not match"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f16, {1, 2, 3}), make_view(m, DType::f16, {1, 2, 4}),
+                                    make_view(m, DType::f16, {1, 4, 3})),
+                       doctest::Contains("dtype f16 not implemented"), std::invalid_argument);
   float x[2] = {};
   CHECK_THROWS_AS(cuda->copy(make_view(x, DType::f32, {2}), make_view(x, DType::f32, {1})),
                   std::invalid_argument);
@@ -206,7 +190,7 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
                   std::invalid_argument);
 }
 
-TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
+TEST_CASE("allocate, fill and read back; running out of memory names the request" *
           doctest::skip(kNoDevice)) {
   const Backend& cuda = *cuda_backend();
   CHECK(cuda.allocate(0) == nullptr);
@@ -226,10 +210,43 @@ TEST_CASE("allocate, fill and read back; a failed cudaMalloc names the call" *
   } catch (const std::runtime_error& e) {
     const std::string msg = e.what();
     MESSAGE(msg);
-    CHECK(msg.find("kernels/cuda/backend.cpp:") != std::string::npos);
-    CHECK(msg.find("cudaMalloc") != std::string::npos);
-    CHECK(msg.find("CUDA error") != std::string::npos);
+    // The caching allocator's OutOfMemoryError, after emptying its cache and retrying.
+    CHECK(msg.find(": out of memory: cannot allocate 1.00 EiB (1152921504606846976 bytes") !=
+          std::string::npos);
+    CHECK(msg.find("cudaMemGetInfo: ") != std::string::npos);
   }
+}
+
+TEST_CASE("the caching allocator serves repeated steps from its cache; empty_cache gives it back" *
+          doctest::skip(kNoDevice)) {
+  set_cuda_device(0);
+  cuda_empty_cache();
+  const CachingAllocatorStats start = cuda_memory_stats(0);
+  // A step's buffers: one from the small pool, one from a 20 MiB segment, one of its own.
+  const int64_t elements[] = {100, 300000, 10000000};
+  int64_t step_bytes = 0;
+  for (int64_t n : elements) step_bytes += n * 4;
+  uint64_t raw_after_first_step = 0;
+  for (int step = 0; step < 3; ++step) {
+    {
+      DeviceBuf a(DType::f32, elements[0]), b(DType::f32, elements[1]), c(DType::f32, elements[2]);
+      for (const DeviceBuf* buf : {&a, &b, &c}) cuda_backend()->fill(buf->flat(), step);
+      CHECK(cuda_memory_stats(0).allocated >= start.allocated + step_bytes);
+    }
+    const CachingAllocatorStats s = cuda_memory_stats(0);
+    CHECK(s.allocated == start.allocated);
+    if (step == 0) raw_after_first_step = s.raw_allocations;
+    CHECK(s.raw_allocations == raw_after_first_step);  // later steps: no cudaMalloc
+  }
+  const CachingAllocatorStats s = cuda_memory_stats(0);
+  CHECK(s.raw_allocations >= start.raw_allocations + 3);
+  CHECK(s.peak_allocated >= start.allocated + step_bytes);
+  CHECK(s.reserved >= start.reserved + 2 * 1024 * 1024 + 20 * 1024 * 1024 + 40000000);
+  cuda_reset_peak_memory_stats(0);
+  CHECK(cuda_memory_stats(0).peak_allocated == start.allocated);
+  cuda_empty_cache();
+  CHECK(cuda_memory_stats(0).reserved == start.reserved);
+  CHECK(cuda_memory_stats(0).raw_frees - s.raw_frees == s.raw_allocations - start.raw_allocations);
 }
 
 TEST_CASE("pinned host memory: device -> pinned -> device keeps the bits" *
@@ -379,6 +396,74 @@ TEST_CASE("copy_between_devices stages converting and non-dense copies" *
     reference_backend().copy(expected.view(shape), src.view(shape, channels_last));
     CHECK(first_mismatch(nchw, expected) == -1);
   }
+}
+
+TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  struct Dims {
+    int64_t B, M, K, N;
+  };
+  const Dims sizes[] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {3, 17, 1, 13}, {1, 64, 129, 31}, {4, 1, 37, 1}};
+  // Strides of a (B, R, C) operand by name: the GEMM layouts, and one that needs a copy.
+  const auto strides_of = [](const char* layout, int64_t R, int64_t C) -> Shape {
+    const std::string l = layout;
+    if (l == "row-major") return {R * C, C, 1};
+    if (l == "transposed") return {R * C, 1, R};
+    if (l == "broadcast batch") return {0, C, 1};
+    return {2 * R * C, 2 * C, 2};  // "every other element"
+  };
+  const char* operand_layouts[] = {"row-major", "transposed", "broadcast batch", "every other element"};
+  const char* out_layouts[] = {"row-major", "transposed"};
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Dims& d : sizes) {
+      for (const char* la : operand_layouts) {
+        for (const char* lb : operand_layouts) {
+          for (const char* lo : out_layouts) {
+            const std::string name = std::string(dtype_name(dt)) + " (B, M, K, N) = (" +
+                                     std::to_string(d.B) + ", " + std::to_string(d.M) + ", " +
+                                     std::to_string(d.K) + ", " + std::to_string(d.N) + "), a " +
+                                     la + ", b " + lb + ", out " + lo;
+            CAPTURE(name);
+            const Shape sa = strides_of(la, d.M, d.K), sb = strides_of(lb, d.K, d.N);
+            const Shape so = strides_of(lo, d.M, d.N);
+            const Shape shape_a = {d.B, d.M, d.K}, shape_b = {d.B, d.K, d.N}, shape_o = {d.B, d.M, d.N};
+            const int64_t na = span(shape_a, sa), nb = span(shape_b, sb), no = span(shape_o, so);
+            HostBuf a = host_values(dt, na, [](int64_t i) { return 0.25 * (i % 11) - 1; });
+            HostBuf b = host_values(dt, nb, [](int64_t i) { return 0.5 * (i % 7) - 1.5; });
+            HostBuf expected(dt, no);
+            reference_backend().fill(expected.flat(), 0.0);
+            reference_backend().matmul(expected.view(shape_o, so), a.view(shape_a, sa),
+                                       b.view(shape_b, sb));
+            DeviceBuf a_dev(dt, na), b_dev(dt, nb), out_dev(dt, no);
+            upload(a_dev, a);
+            upload(b_dev, b);
+            cuda.fill(out_dev.flat(), 0.0);
+            cuda.matmul(out_dev.view(shape_o, so), a_dev.view(shape_a, sa), b_dev.view(shape_b, sb));
+            // Multiples of 1/8 with sums far below 2^24: exact whatever the order of additions.
+            CHECK(first_mismatch(download(out_dev), expected) == -1);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuBLAS matmul keeps f32 in f32: TF32 is off by default" * doctest::skip(kNoDevice)) {
+  // 1 + 2^-13 needs 13 mantissa bits: TF32 (10 bits) would round it to 1 and every sum to 64.
+  const int64_t n = 64;
+  const double x = 1.0 + std::ldexp(1.0, -13);
+  HostBuf a = host_values(DType::f32, n * n, [&](int64_t) { return x; });
+  HostBuf b = host_values(DType::f32, n * n, [](int64_t) { return 1.0; });
+  DeviceBuf a_dev(DType::f32, n * n), b_dev(DType::f32, n * n), out_dev(DType::f32, n * n);
+  upload(a_dev, a);
+  upload(b_dev, b);
+  cuda_backend()->matmul(out_dev.view({1, n, n}), a_dev.view({1, n, n}), b_dev.view({1, n, n}));
+  const HostBuf out = download(out_dev);
+  const float* got = reinterpret_cast<const float*>(out.mem.data());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n * n; ++i) bad += got[i] != static_cast<float>(n * x);
+  CHECK_MESSAGE(bad == 0, "out[0] = " << got[0] << ", expected " << n * x);
 }
 
 }  // namespace ringflow

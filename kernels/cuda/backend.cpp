@@ -1,33 +1,12 @@
-// The CUDA backend table. For now it holds memory, copy and fill; every other entry is
-// null, so dispatch throws "op X not implemented on cuda". Streams: Note [CUDA streams]
-// in cuda_kernels.h.
-#include <cstdio>
-
+// The CUDA backend table. For now it holds memory (the caching allocator, allocator.cpp),
+// copy, fill and matmul (cuBLAS); every other entry is null, so dispatch throws "op X not
+// implemented on cuda". Streams: Note [CUDA streams] in cuda_kernels.h.
 #include "kernels/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace ringflow {
 namespace cuda {
-
-void* allocate(size_t nbytes) {
-  void* ptr = nullptr;
-  if (nbytes > 0) RF_CHECK_CUDA(cudaMalloc(&ptr, nbytes));
-  return ptr;
-}
-
-// Called from destructors (Storage, DeviceBuffer), so it must not throw: a failure is
-// reported on stderr. cudaErrorCudartUnloading (tensors freed during process exit, after
-// the runtime shut down) is expected and ignored.
-void deallocate(void* ptr, size_t /*nbytes*/) {
-  if (!ptr) return;
-  const cudaError_t status = cudaFree(ptr);
-  if (status == cudaSuccess) return;
-  (void)cudaGetLastError();
-  if (status != cudaErrorCudartUnloading)
-    std::fprintf(stderr, "ringflow: cudaFree(%p) failed: %s (CUDA error %d)\n", ptr,
-                 cudaGetErrorString(status), static_cast<int>(status));
-}
 
 DeviceGuard::DeviceGuard(int index) {
   RF_CHECK_CUDA(cudaGetDevice(&previous_));
@@ -51,6 +30,7 @@ const Backend* cuda_backend() {
     b.deallocate = cuda::deallocate;
     b.copy = cuda::copy;
     b.fill = cuda::fill;
+    b.matmul = cuda::matmul;
     return b;
   }();
   return &table;

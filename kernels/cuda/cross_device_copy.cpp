@@ -118,8 +118,9 @@ void device_to_device(const View& dst, int dst_device, const View& src, int src_
     return;
   }
   // Gather and convert into dst's dtype on the source device, copy densely, then scatter
-  // on the destination device when dst is not dense itself. Each temp is freed on its own
-  // device (the guards nest); cudaFree waits for the work that uses it.
+  // on the destination device when dst is not dense itself. Each temp goes back to the
+  // cache of its own device; cudaMemcpyPeer is ordered with all work on both devices, so
+  // later work there that reuses a temp runs after the copy.
   const size_t bytes = nbytes(dst);
   cuda::DeviceGuard on_src_device(src_device);
   cuda::DeviceBuffer src_temp(bytes);

@@ -3,8 +3,10 @@
 // Note [CUDA streams]: for now every kernel and copy runs on the legacy default stream
 // (stream 0) of the calling thread's current device. Kernels are asynchronous to the
 // host; any copy that reads or writes host memory synchronizes the stream before it
-// returns, so host buffers may be reused (or read) at once. allocate/deallocate use the
-// current device too (cudaSetDevice); a caching allocator and per-device streams come later.
+// returns, so host buffers may be reused (or read) at once. allocate uses the current
+// device too (cudaSetDevice), through its caching allocator, whose blocks belong to the
+// legacy default stream: work queued after a free may reuse the block at once. Memory that
+// other streams use must be marked with cuda_record_stream (kernels/cuda_memory.h).
 #pragma once
 
 #include <cstddef>
@@ -20,7 +22,12 @@ void copy(const View& dst, const View& src);
 // dst[i] = value converted to dst's dtype, any strides.
 void fill(const View& dst, double value);
 
-// backend.cpp: cudaMalloc / cudaFree on the current device.
+// matmul.cpp: out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32 and f64, any
+// strides (batch stride 0 broadcasts); other dtypes throw std::invalid_argument.
+void matmul(const View& out, const View& a, const View& b);
+
+// allocator.cpp: the caching allocator of the current device, for the legacy default
+// stream. deallocate never throws (a failure is reported on stderr); nbytes is not needed.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
 
@@ -37,7 +44,7 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
-// Scratch memory on the current device, freed on destruction (staging for copies).
+// Scratch memory on the current device, back to the cache on destruction (staging for copies).
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(size_t nbytes) : data_(allocate(nbytes)) {}

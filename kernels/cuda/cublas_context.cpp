@@ -1,0 +1,27 @@
+// cublas_handle(): Note in cublas_context.h.
+#include "kernels/cuda/cublas_context.h"
+
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/check.h"
+
+namespace ringflow::cuda {
+
+cublasHandle_t cublas_handle() {
+  int device = 0;
+  RF_CHECK_CUDA(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static auto* handles = new std::map<int, cublasHandle_t>;  // never destroyed: see header
+  std::lock_guard lock(mutex);
+  if (const auto it = handles->find(device); it != handles->end()) return it->second;
+  cublasHandle_t handle = nullptr;
+  RF_CHECK_CUBLAS(cublasCreate(&handle));
+  // Explicit, so that no default of a later cuBLAS turns on reduced precision unasked.
+  RF_CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  RF_CHECK_CUBLAS(cublasSetStream(handle, cudaStreamLegacy));
+  handles->emplace(device, handle);
+  return handle;
+}
+
+}  // namespace ringflow::cuda

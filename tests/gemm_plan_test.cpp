@@ -1,0 +1,137 @@
+// The mapping of a strided batched matmul onto one column-major GEMM (kernels/cuda/gemm_plan.h,
+// what the cuBLAS matmul runs), checked on the host: a naive column-major strided-batched
+// GEMM that reads its arguments as cuBLAS does executes each plan, and the result must match
+// the reference backend over layouts (row-major, transposed, padded, broadcast batch, size-1
+// dims). Needs no GPU, and no CUDA in the build.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/gemm_plan.h"
+
+using namespace ringflow;
+using ringflow::cuda::GemmOperand;
+using ringflow::cuda::GemmPlan;
+
+namespace {
+
+// op(X)[i][j] of a column-major operand, as cuBLAS reads it.
+double element(const double* x, const GemmOperand& op, int64_t batch, int64_t i, int64_t j) {
+  const double* base = x + batch * op.batch_stride;
+  return op.transpose ? base[j + i * op.ld] : base[i + j * op.ld];
+}
+
+// C = op(A) @ op(B) per batch entry, as cublasDgemmStridedBatched with alpha 1, beta 0.
+void host_gemm(const GemmPlan& p, const double* A, const double* B, double* C) {
+  for (int64_t t = 0; t < p.batch; ++t)
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) {
+        double acc = 0;
+        for (int64_t l = 0; l < p.k; ++l) acc += element(A, p.a, t, i, l) * element(B, p.b, t, l, j);
+        C[t * p.c.batch_stride + i + j * p.c.ld] = acc;
+      }
+}
+
+int64_t span(const Shape& shape, const Shape& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
+  return last + 1;
+}
+
+// A (B, R, C) operand with the given strides over its own buffer of distinct values.
+struct Operand {
+  std::vector<double> mem;
+  View view;
+  Operand(const Shape& shape, const Shape& strides, double seed) {
+    mem.resize(span(shape, strides));
+    for (size_t i = 0; i < mem.size(); ++i) mem[i] = seed + 0.25 * double(i % 17) - double(i % 5);
+    view.data = mem.data();
+    view.dtype = DType::f64;
+    view.shape = shape;
+    view.strides = strides;
+  }
+};
+
+Shape row_major(int64_t R, int64_t C) { return {R * C, C, 1}; }
+Shape col_major(int64_t R, int64_t C) { return {R * C, 1, R}; }
+
+}  // namespace
+
+TEST_CASE("gemm_operand reads row-major and column-major matrices and refuses the rest") {
+  Operand x({2, 3, 4}, row_major(3, 4), 0);
+  CHECK(*cuda::gemm_operand(x.view) == GemmOperand{false, 4, 12});
+  x.view.strides = col_major(3, 4);
+  CHECK(*cuda::gemm_operand(x.view) == GemmOperand{true, 3, 12});
+  x.view.strides = {12, 5, 1};  // padded rows: ld 5
+  CHECK(*cuda::gemm_operand(x.view) == GemmOperand{false, 5, 12});
+  x.view.strides = {0, 4, 1};  // one matrix broadcast over the batch
+  CHECK(*cuda::gemm_operand(x.view) == GemmOperand{false, 4, 0});
+  x.view.strides = {24, 8, 2};  // every other element: no GEMM layout
+  CHECK_FALSE(cuda::gemm_operand(x.view).has_value());
+  x.view.strides = {12, 0, 1};  // a row broadcast down the matrix
+  CHECK_FALSE(cuda::gemm_operand(x.view).has_value());
+  x.view.strides = {12, 3, 1};  // rows overlap
+  CHECK_FALSE(cuda::gemm_operand(x.view).has_value());
+  // Size-1 dims: their strides say nothing.
+  Operand row({1, 1, 4}, {99, 77, 1}, 0);
+  CHECK(*cuda::gemm_operand(row.view) == GemmOperand{false, 4, 0});
+  Operand column({1, 4, 1}, {99, 1, 0}, 0);
+  CHECK(cuda::gemm_operand(column.view).has_value());
+}
+
+TEST_CASE("each plan, run as cuBLAS would, matches the reference matmul") {
+  struct Layout {
+    const char* name;
+    Shape (*strides)(int64_t, int64_t);
+  };
+  const Layout layouts[] = {{"row-major", row_major}, {"column-major", col_major}};
+  const int64_t dims[][4] = {{1, 1, 1, 1}, {2, 3, 4, 5}, {3, 7, 1, 2}, {1, 1, 9, 4},
+                             {2, 5, 3, 1}, {4, 2, 13, 11}, {1, 17, 16, 1}};
+  for (const auto& d : dims) {
+    const int64_t B = d[0], M = d[1], K = d[2], N = d[3];
+    for (const Layout& la : layouts) {
+      for (const Layout& lb : layouts) {
+        for (bool broadcast_b : {false, true}) {
+          const std::string name = std::string(la.name) + " a, " + lb.name + " b" +
+                                   (broadcast_b ? " broadcast" : "") + ", (B, M, K, N) = (" +
+                                   std::to_string(B) + ", " + std::to_string(M) + ", " +
+                                   std::to_string(K) + ", " + std::to_string(N) + ")";
+          CAPTURE(name);
+          Operand a({B, M, K}, la.strides(M, K), 1);
+          Shape b_strides = lb.strides(K, N);
+          if (broadcast_b) b_strides[0] = 0;
+          Operand b({B, K, N}, b_strides, 2);
+          Operand out({B, M, N}, {M * N + 3, N + 1, 1}, 0);  // padded rows and batches
+          Operand expected({B, M, N}, out.view.strides, 0);
+          const auto plan = cuda::plan_gemm(out.view, a.view, b.view);
+          REQUIRE(plan.has_value());
+          host_gemm(*plan, static_cast<const double*>(b.view.data),
+                    static_cast<const double*>(a.view.data), static_cast<double*>(out.view.data));
+          reference_backend().matmul(expected.view, a.view, b.view);
+          int64_t bad = 0;
+          for (int64_t t = 0; t < B; ++t)
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < N; ++j) {
+                const int64_t at = t * out.view.strides[0] + i * out.view.strides[1] + j;
+                bad += out.mem[at] != doctest::Approx(expected.mem[at]).epsilon(1e-12);
+              }
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("no plan for a column-major out or an operand without a GEMM layout") {
+  Operand a({2, 3, 4}, row_major(3, 4), 1), b({2, 4, 5}, row_major(4, 5), 2);
+  Operand out({2, 3, 5}, row_major(3, 5), 0);
+  CHECK(cuda::plan_gemm(out.view, a.view, b.view).has_value());
+  Operand out_t({2, 3, 5}, col_major(3, 5), 0);
+  CHECK_FALSE(cuda::plan_gemm(out_t.view, a.view, b.view).has_value());
+  Operand out_bc({2, 3, 5}, {0, 5, 1}, 0);  // two batches into one matrix
+  CHECK_FALSE(cuda::plan_gemm(out_bc.view, a.view, b.view).has_value());
+  Operand gappy({2, 3, 4}, {24, 8, 2}, 1);
+  CHECK_FALSE(cuda::plan_gemm(out.view, gappy.view, b.view).has_value());
+}
