@@ -43,8 +43,8 @@ def main(bench, train):
 
         strat = rows("strategies.csv")
         nets = ["plain"] + ([] if cluster_skipped else ["1gbit"])
-        want = {("none", "plain")} | {(s, n) for s in ("gather-scatter", "allreduce", "ddp", "ddp-noop")
-                                     for n in nets}
+        strategies = ("gather-scatter", "allreduce", "ddp", "ddp-noop")
+        want = {("none", "plain")} | {(s, n) for s in strategies for n in nets}
         check({(r["strategy"], r["net"]) for r in strat} == want,
               f"strategies.csv holds {sorted((r['strategy'], r['net']) for r in strat)}")
         for r in strat:
