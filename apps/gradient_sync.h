@@ -29,7 +29,7 @@ struct SyncOptions {
   SyncMode mode = SyncMode::none;
   comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
   double bucket_cap_mb = 25;
-  std::string comm_hook = "allreduce";  // ddp: "allreduce" or "fp16"
+  std::string comm_hook = "allreduce";  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h)
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
 };

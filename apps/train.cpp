@@ -654,7 +654,7 @@ int run(const Flags& f) {
       fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
                  a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
                  100.0 * a.correct / std::max<int64_t>(1, a.seen));
-      if (epoch % f.eval_every == 0 || epoch == f.epochs) {
+      if (f.eval_every > 0 && (epoch % f.eval_every == 0 || epoch == f.epochs)) {
         const auto eval_start = Clock::now();
         const Evaluation e = evaluate(*model, test_loader);  // the model itself: local
         trace.span(apps::Track::compute, "evaluate", "epoch", eval_start, Clock::now(),
@@ -712,7 +712,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", f.log_every, "iterations between loss lines")->capture_default_str()->check(above0);
   app.add_option("--max-iters", f.max_iters, "stop each epoch after this many iterations (0: all)")
       ->capture_default_str()->check(at_least0);
-  app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations")->capture_default_str()->check(above0);
+  app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations (0: none, "
+                 "e.g. for timing runs)")->capture_default_str()->check(at_least0);
   app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
   app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file "
@@ -730,8 +731,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "ddp: MiB per gradient bucket (0: one per parameter)")
       ->capture_default_str()->check(at_least0);
-  app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average) or fp16 (compressed)")
-      ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16"}));
+  app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
+                 "(no communication, gradients stay local: a reference for measurements only)")
+      ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));
   app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
                "after each forward");
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per optimizer step (ddp: no_sync "

@@ -8,6 +8,10 @@
 //                          into the f32 bucket. Gradients come back rounded to f16 precision
 //                          (about 3 significant decimal digits), and values beyond f16's
 //                          range (65504 after the division) overflow to inf.
+//   NoopHook               PyTorch's noop_hook, for measurements only: the same bucketing and
+//                          bookkeeping, no communication; each rank keeps its own gradients
+//                          (zero bytes), so the ranks' models drift apart. "ddp with
+//                          communication skipped", the reference for DDP's overhead.
 #pragma once
 
 #include <functional>
@@ -52,7 +56,14 @@ class Fp16CompressionHook final : public CommHook {
                          const CollectiveOptions& options) override;
 };
 
-// By name, for apps' flags: "allreduce" or "fp16"; throws naming the choices.
+class NoopHook final : public CommHook {
+ public:
+  std::string name() const override { return "noop"; }
+  BucketReduction launch(ProcessGroup& pg, const Tensor& bucket,
+                         const CollectiveOptions& options) override;
+};
+
+// By name, for apps' flags: "allreduce", "fp16" or "noop"; throws naming the choices.
 std::shared_ptr<CommHook> make_comm_hook(const std::string& name);
 
 }  // namespace ringflow::comm

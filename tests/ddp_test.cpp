@@ -4,7 +4,8 @@
 // no_sync accumulation against the large-batch gradient; the bytes DDP counts per rank per
 // iteration against the theory (ring, naive); a model that differs on one rank
 // failing on every rank; unused parameters (with and without find_unused_parameters); the
-// fp16 compression hook; the bucket rebuild from the order gradients became ready.
+// fp16 compression hook; the noop hook (no communication, local gradients); the bucket
+// rebuild from the order gradients became ready.
 // Each rank starts from a differently seeded model: only DDP's broadcast makes them equal.
 // With more ranks than cores each collective costs ~10-50 ms: the cases stay small.
 #include <doctest/doctest.h>
@@ -361,6 +362,31 @@ TEST_CASE("ddp: the fp16 compression hook halves the bytes, gradients within f16
   CHECK(max_rel_diff(g16, g32) <= tolerance);
   if (n > 1) CHECK(max_rel_diff(g16, g32) > 0);  // the compressed path really ran
   CHECK(identical_across_ranks(*pg, g16));
+}
+
+TEST_CASE("ddp: the noop hook leaves each rank's local gradient, sends nothing") {
+  auto pg = make_group();
+  const int n = pg->size(), r = pg->rank();
+  DdpOptions o = ddp_options(0.25);  // 2 buckets: the bookkeeping runs as with communication
+  o.comm_hook = make_comm_hook("noop");
+  nn::ModulePtr model = mlp(500);
+  nn::ModulePtr ref = mlp(500);  // the same seed everywhere: DDP's broadcast changes nothing
+  DistributedDataParallel ddp(model, pg, o);
+  for (int it = 0; it < 2; ++it) {  // the second after the bucket rebuild
+    CAPTURE(it);
+    const Batch b = make_batch(4, 80 + 10 * it + r);  // each rank its own data
+    cross_entropy(ddp(b.x), b.y).backward();
+    cross_entropy((*ref)(b.x), b.y).backward();
+    const DdpStats st = ddp.stats();
+    CHECK(st.backward.synchronized);
+    CHECK(st.backward.events.size() == 2);
+    CHECK(st.traffic().sent == 0);
+    CHECK(st.traffic().received == 0);
+    CHECK(max_rel_diff(grads(*model), grads(*ref)) == 0);  // not averaged, not scaled
+    if (n > 1) CHECK_FALSE(identical_across_ranks(*pg, grads(*model)));
+    model->zero_grad(/*set_to_none=*/false);
+    ref->zero_grad(/*set_to_none=*/true);
+  }
 }
 
 namespace {
