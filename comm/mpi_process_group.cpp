@@ -8,10 +8,8 @@
 //
 // Note [timeouts]: the communication thread never blocks in MPI. MPI's collectives are
 // started non-blocking (MPI_Iallreduce, MPI_Ibcast, ...) and polled with MPI_Testsome
-// until they complete or options.timeout passes (spinning briefly, yielding for the first
-// 20 ms, then sleeping 50 us between polls, so that a waiting comm thread leaves the cores
-// to the computation; MPI's non-blocking collectives advance only when polled, so longer
-// sleeps slowed a 16 MB MPI_Iallreduce by half). At the deadline the Work fails with a CommError naming the collective,
+// until they complete or options.timeout passes (pausing between polls as comm/backoff.h
+// says, so that a waiting comm thread leaves the cores to the computation). At the deadline the Work fails with a CommError naming the collective,
 // its sequence number and what did not arrive. A collective request cannot be cancelled
 // in MPI, and the other ranks may be part-way through it, so the group is then broken:
 // its later collectives fail at once, and neither the abandoned requests nor (at
@@ -60,6 +58,7 @@
 #include <vector>
 
 #include "comm/allreduce.h"
+#include "comm/backoff.h"
 #include "comm/collective_kind.h"
 #include "comm/counting_transport.h"
 #include "comm/mpi_transport.h"
@@ -451,7 +450,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
   std::vector<MPI_Status> statuses(requests.size());
   int remaining = static_cast<int>(std::count_if(requests.begin(), requests.end(),
                                                  [](MPI_Request r) { return r != MPI_REQUEST_NULL; }));
-  const auto start = Clock::now();
+  Backoff backoff(200);  // small collectives complete within microseconds
   for (long iter = 0; remaining > 0; ++iter) {
     int done = 0;
     const int code = MPI_Testsome(n, requests.data(), &done, indices.data(), statuses.data());
@@ -474,8 +473,8 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
     if (remaining == 0) break;
     const auto now = Clock::now();
     if (now >= op.deadline) break;
-    if (iter < 200) continue;  // spin: small collectives complete within microseconds
-    if (peers && (iter == 200 || (done != MPI_UNDEFINED && done > 0))) {
+    const bool progress = done != MPI_UNDEFINED && done > 0;
+    if (peers && (iter == 200 || (iter > 200 && progress))) {
       std::string missing;
       for (int i = 0; i < n; ++i) {
         if (requests[i] != MPI_REQUEST_NULL) missing += cat(missing.empty() ? "" : ", ", (*peers)[i]);
@@ -483,11 +482,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
       op.work->set_status(cat("waiting in ", call, " for rank(s) ", missing,
                               ", not yet at this collective"));
     }
-    if (now - start < std::chrono::milliseconds(20)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    backoff.pause();
   }
   std::vector<int> pending;
   for (int i = 0; i < n; ++i) {

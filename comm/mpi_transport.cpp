@@ -6,11 +6,12 @@
 #include "comm/mpi_transport.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "comm/backoff.h"
 #include "framework/error.h"
 
 namespace ringflow::comm {
@@ -124,8 +125,8 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
   }
   std::vector<int> indices(n);
   std::vector<MPI_Status> done_statuses(n);
-  const auto start = std::chrono::steady_clock::now();
-  for (int remaining = n, iter = 0; remaining > 0; ++iter) {
+  Backoff backoff(1000);  // a segment of the ring arrives within microseconds to a millisecond
+  for (int remaining = n; remaining > 0;) {
     int done = 0;
     RF_MPI_CALL(MPI_Testsome(n, requests, &done, indices.data(), done_statuses.data()), peers[0]);
     if (done != MPI_UNDEFINED) {
@@ -133,8 +134,7 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
       remaining -= done;
       if (remaining == 0) break;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline_) {
+    if (std::chrono::steady_clock::now() >= deadline_) {
       std::string waiting;
       for (int k = 0; k < n; ++k) {
         if (requests[k] == MPI_REQUEST_NULL) continue;
@@ -146,14 +146,7 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
       throw std::runtime_error(cat("MpiTransport ", call, " on rank ", rank_,
                                    " timed out waiting for ", waiting));
     }
-    // Spin first (a segment of the ring arrives within microseconds to a millisecond),
-    // then leave the core to others: oversubscribed ranks need it to make progress.
-    if (iter < 1000) continue;
-    if (now - start < std::chrono::milliseconds(20)) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    backoff.pause();
   }
 }
 

@@ -1,5 +1,6 @@
 #include "comm/work.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -17,9 +18,22 @@ namespace {
 // which dominate small-message latency when the cores are shared.
 constexpr auto kSpin = std::chrono::microseconds(30);
 
+std::atomic<int> g_waiters{0};
+
+// Counts the calling thread in Work::waiters() while it lives.
+struct Waiting {
+  Waiting() { g_waiters.fetch_add(1, std::memory_order_relaxed); }
+  ~Waiting() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+};
+
 }  // namespace
 
+int Work::waiters() { return g_waiters.load(std::memory_order_relaxed); }
+
 void Work::wait() {
+  const Waiting waiting;
   const auto until = std::chrono::steady_clock::now() + kSpin;
   while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
     std::this_thread::yield();  // lets the comm thread have this core when cores are shared
@@ -30,6 +44,7 @@ void Work::wait() {
 }
 
 void Work::wait(Timeout timeout) {
+  const Waiting waiting;
   std::unique_lock lock(mutex_);
   if (!done_cv_.wait_for(lock, timeout, [&] { return completed_; })) {
     throw CommError(cat(description_, " did not complete within ", timeout.count(),

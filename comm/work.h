@@ -47,6 +47,11 @@ class Work {
   // The error it failed with, or null (also while still running).
   std::exception_ptr exception() const;
 
+  // Threads of this process blocked in wait() right now, on any Work. The communication
+  // thread polls the network hard while someone waits and gently otherwise, when the
+  // computation it overlaps with needs the cores (comm/backoff.h).
+  static int waiters();
+
   const std::string& description() const { return description_; }
   std::string status() const;  // "queued", "waiting for ranks 2, 3", "done", ...
 
