@@ -47,6 +47,7 @@ struct Flags {
   std::string schedule = "cosine";
   int warmup_epochs = 0;
   int threads = 0;
+  std::string conv_algo = "auto";
   uint64_t seed = 0;
   int log_every = 20;
   int64_t max_iters = 0;
@@ -436,6 +437,7 @@ int run(const Flags& f) {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_on_this_node());
   }
   if (threads > 0) set_num_threads(threads);
+  set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
   int64_t local_batch = f.batch_size;
   if (f.global_batch > 0) {
     const int64_t per_step = int64_t{world} * f.grad_accum;
@@ -706,6 +708,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(at_least0);
   app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
                  "between its ranks)")->capture_default_str()->check(at_least0);
+  app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
+                 "included) or direct (the plain sum, as PyTorch's)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "direct"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0);
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();

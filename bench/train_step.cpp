@@ -8,7 +8,9 @@
 // fastest round (other load on the machine then costs one round, not the ratio). GFLOP per step counts the conv and linear layers only: 2 * MACs per image
 // forward, x3 for forward + backward (table below, from the layer shapes, checked against
 // the model's own Conv2d/Linear weights). The machine ceiling is raw oneDNN dnnl_sgemm
-// 2048^3 measured at the start of the run (bench/ceiling.h).
+// 2048^3 measured at the start of the run (bench/ceiling.h). Winograd convolutions (--conv-algo
+// auto, AVX-512) do fewer multiplications than these direct-convolution counts, so the
+// GFLOP/s column is then "effective" and can pass 100% of the ceiling.
 //
 // PyTorch: bench/torch_reference.py (same models, threads, synthetic data and optimizer) is
 // run as a subprocess with Debian's /usr/bin/python3 per row, twice: as installed, and with
@@ -234,8 +236,9 @@ std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::
 
 void print_header(double ceiling, const Flags& f) {
   fmt::print("threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, best of {} "
-             "alternating round(s)  (times: median ms of the best round)\n",
-             num_threads(), ceiling, f.steps, f.warmup, f.rounds);
+             "alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
+             num_threads(), ceiling, f.steps, f.warmup, f.rounds, f.conv_algo,
+             f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
   fmt::print("{:<15} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
 }
