@@ -128,7 +128,7 @@ int num_threads();
 // How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses per
 // shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster
 // (AVX-512 machines; 1.5-2x there), at the price of rounding that differs from the plain sum
-// by ~1e-6 of the output's scale. direct: every output is the plain sum, as PyTorch computes
+// (tests/cpu_kernels_test holds it to the same tolerance against the reference). direct: every output is the plain sum, as PyTorch computes
 // it on the CPU. Primitives already created for a shape keep the algorithm they were made with.
 enum class ConvAlgorithm { automatic, direct };
 void set_conv_algorithm(ConvAlgorithm algorithm);
