@@ -308,6 +308,7 @@ std::shared_ptr<Work> MpiProcessGroup::enqueue_collective(Fingerprint fp,
 }
 
 void MpiProcessGroup::run_loop() {
+  Backoff::mark_communication_thread();
   for (;;) {
     std::shared_ptr<Op> op;
     // Spin briefly for the next collective (a bucketed allreduce issues them back to

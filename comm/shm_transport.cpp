@@ -28,8 +28,8 @@
 // one memcpy from memory at each end, and a reduction reads the incoming piece from cache.
 //
 // Waiting: a rank that can neither send nor receive spins for 20 us (a piece from a peer
-// that is running arrives within that), then yields its core until 20 ms have passed
-// without progress, then sleeps 50 us between looks, as MpiTransport::complete does.
+// that is running arrives within that), then pauses between looks as MpiTransport does
+// (comm/backoff.h: yields while a thread waits for the collective, else sleeps).
 // Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
 // publishes (after a 50 us spin). In interleaved runs here (2 ranks, bound to cores or
 // not, other jobs on the 2 cores, 5 runs each) neither policy came out ahead: both had
@@ -55,6 +55,7 @@
 #include <thread>
 
 #include "comm/allreduce.h"
+#include "comm/backoff.h"
 #include "framework/error.h"
 
 namespace ringflow::comm {
@@ -68,9 +69,7 @@ constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
 constexpr int kNameBytes = 64;
-constexpr auto kSpin = std::chrono::microseconds(20);   // then yield
-constexpr auto kYield = std::chrono::milliseconds(20);  // then sleep between looks
-constexpr auto kSleep = std::chrono::microseconds(50);
+constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -301,6 +300,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
                                          load(consumed(in_channel), std::memory_order_relaxed);
   };
   auto idle_since = Clock::now();
+  Backoff backoff(0);  // after kSpin of spinning
   bool idle = false;
   while (sent < send_pieces || received < recv_pieces) {
     bool progress = false;
@@ -361,10 +361,8 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     }
     if (now - idle_since < kSpin) {
       cpu_relax();
-    } else if (now - idle_since < kYield) {
-      std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(kSleep);
+      backoff.pause();
     }
   }
 }
