@@ -710,7 +710,7 @@ int main(int argc, char** argv) {
                  "between its ranks)")->capture_default_str()->check(at_least0);
   app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
                  "included) or direct (the plain sum, as PyTorch's)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "direct"}));
+      ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0);
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();

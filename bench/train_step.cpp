@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
   app.add_option("--conv-algo", f.conv_algo, "ringflow's CPU convolutions: auto (oneDNN's choice, "
                  "Winograd included) or direct")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "direct"}));
+      ->check(CLI::IsMember(conv_algorithm_names()));
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();

@@ -1,8 +1,10 @@
-// Backoff: how the communication thread waits for the network between two polls. MPI moves
-// data only while polled, and a polling thread takes a core: so it polls hard (spins, then
-// yields) while some thread waits for a collective, and sleeps between polls while nobody
-// does, when the computation it overlaps with needs the cores. See Note [backoff]. Any
-// other thread (one that runs an algorithm itself, as the benchmarks do) always polls hard.
+// Backoff: how a thread waits between two polls of MPI, a shared-memory channel or NCCL.
+// MPI moves data only while polled, and a polling thread takes a core: so the
+// communication thread polls hard (spins, then yields) while some thread waits for a
+// collective, and sleeps between polls while nobody does, when the computation it
+// overlaps with needs the cores. See Note [backoff]. Any other thread (one that runs an
+// algorithm itself, as the benchmarks do, or waits for NCCL) spins, then yields: it has
+// nothing else to do, and a yield leaves the core to any other runnable thread.
 #pragma once
 
 #include <chrono>
@@ -36,7 +38,8 @@ class Backoff {
   // spun and yielded between polls took the cores from backward or, losing them, moved
   // 37 MB in 550-570 ms: 725-742 ms per iteration. Sleeping 200 us between polls while
   // nobody waits: backward compute +15%, but the link kept busy (460-480 ms) and 642-669 ms
-  // per iteration; 100 and 300 us were no better. A 1 Gbit/s link moves 25 KB in 200 us,
+  // per iteration; 100 / 200 / 300 us in two interleaved rounds: 647-680 / 647-690 /
+  // 662-686 ms. A 1 Gbit/s link moves 25 KB in 200 us,
   // well within a socket buffer. Allreduce after backward (the training thread waiting)
   // polls as hard as before: 809-826 ms per iteration either way.
   static constexpr auto kSleep = std::chrono::microseconds(200);

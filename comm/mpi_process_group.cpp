@@ -9,14 +9,15 @@
 // Note [timeouts]: the communication thread never blocks in MPI. MPI's collectives are
 // started non-blocking (MPI_Iallreduce, MPI_Ibcast, ...) and polled with MPI_Testsome
 // until they complete or options.timeout passes (pausing between polls as comm/backoff.h
-// says, so that a waiting comm thread leaves the cores to the computation). At the deadline the Work fails with a CommError naming the collective,
-// its sequence number and what did not arrive. A collective request cannot be cancelled
-// in MPI, and the other ranks may be part-way through it, so the group is then broken:
-// its later collectives fail at once, and neither the abandoned requests nor (at
-// destruction) its communicators are freed, so that no late message can match a later
-// communicator that reuses the context id. Make a new group to go on. In checking mode the fingerprint exchange is point to
-// point, so the ranks whose fingerprint did not arrive are exactly the ranks that did not
-// arrive at the collective: they are named. Without checking mode they are unknown.
+// says, so that the comm thread leaves the cores to the computation it overlaps with).
+// At the deadline the Work fails with a CommError naming the collective, its sequence
+// number and what did not arrive. A collective request cannot be cancelled in MPI, and the
+// other ranks may be part-way through it, so the group is then broken: its later
+// collectives fail at once, and neither the abandoned requests nor (at destruction) its
+// communicators are freed, so that no late message can match a later communicator that
+// reuses the context id. Make a new group to go on. In checking mode the fingerprint
+// exchange is point to point, so the ranks whose fingerprint did not arrive are exactly
+// the ranks that did not arrive at the collective: they are named. Without checking mode they are unknown.
 // Our own allreduce algorithms run through an MpiTransport, or the group's ShmTransport
 // when every rank is on this node, given the same deadline: it polls its requests (or
 // channels) and names the peer it waited for in vain. A ShmTransport leaves nothing

@@ -41,10 +41,10 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "comm/backoff.h"
 #include "comm/collective_kind.h"
 #include "comm/device_choice.h"
 #include "comm/nccl_detail.h"
@@ -160,25 +160,14 @@ class CurrentDevice {
   bool changed_ = false;
 };
 
-// Spins, then yields, then sleeps 50 us between polls (as MpiProcessGroup's poll: a short
-// collective completes within microseconds, a long one should leave the cores alone).
-void pause(long iter, Clock::time_point start) {
-  if (iter < 200) return;
-  if (Clock::now() - start < std::chrono::milliseconds(20)) {
-    std::this_thread::yield();
-  } else {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 // After a call on the nonblocking communicator: polls ncclCommGetAsyncError while the
 // result is ncclInProgress. Returns ncclSuccess, an error, or ncclInProgress when the
 // deadline passed first.
 ncclResult_t settle(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline) {
-  const auto start = Clock::now();
-  for (long iter = 0; result == ncclInProgress; ++iter) {
+  Backoff backoff(200);  // a short call completes within microseconds
+  while (result == ncclInProgress) {
     if (Clock::now() >= deadline) return ncclInProgress;
-    pause(iter, start);
+    backoff.pause();
     ncclResult_t state = ncclSuccess;
     const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
     result = query != ncclSuccess ? query : state;
@@ -288,13 +277,13 @@ class NcclWork final : public Work {
 
  private:
   void wait_until(Clock::time_point until, Timeout asked) {
-    const auto start = Clock::now();
-    for (long iter = 0; !poll(); ++iter) {
+    Backoff backoff(200);  // a short collective completes within microseconds
+    while (!poll()) {
       if (Clock::now() >= until) {
         throw CommError(cat(description(), " did not complete within ", asked.count(),
                             " ms of wait(); still ", status()));
       }
-      pause(iter, start);
+      backoff.pause();
     }
     Work::wait();  // completed: returns at once, or rethrows the error
   }
@@ -558,9 +547,9 @@ NcclProcessGroup::~NcclProcessGroup() {
   if (st.comm != nullptr) {
     // Let the collectives still queued finish, up to the latest deadline, then finalise
     // (nonblocking: polled under the group's timeout) and destroy; abort otherwise.
-    const auto start = Clock::now();
+    Backoff backoff(200);
     bool quiet = false;
-    for (long iter = 0;; ++iter) {
+    for (;;) {
       const cudaError_t q = cudaStreamQuery(st.stream);
       if (q == cudaSuccess) {
         quiet = true;
@@ -573,7 +562,7 @@ NcclProcessGroup::~NcclProcessGroup() {
         break;
       }
       lock.unlock();  // let Works poll meanwhile
-      pause(iter, start);
+      backoff.pause();
       lock.lock();
       if (st.comm == nullptr) break;  // a Work aborted it
     }

@@ -47,9 +47,11 @@ class Work {
   // The error it failed with, or null (also while still running).
   std::exception_ptr exception() const;
 
-  // Threads of this process blocked in wait() right now, on any Work. The communication
-  // thread polls the network hard while someone waits and gently otherwise, when the
-  // computation it overlaps with needs the cores (comm/backoff.h).
+  // Threads of this process blocked in Work::wait() right now, on any Work (a backend's
+  // override that polls on the caller's thread, as NCCL's, is not counted: no comm thread
+  // then waits for it). The communication thread polls the network hard while someone
+  // waits and gently otherwise, when the computation it overlaps with needs the cores
+  // (comm/backoff.h).
   static int waiters();
 
   const std::string& description() const { return description_; }

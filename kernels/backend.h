@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/view.h"
 
@@ -125,14 +127,15 @@ const Backend* cuda_backend();
 void set_num_threads(int n);
 int num_threads();
 
-// How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses per
-// shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster
-// (AVX-512 machines; 1.5-2x there), at the price of rounding that differs from the plain sum
-// (tests/cpu_kernels_test holds it to the same tolerance against the reference). direct: every output is the plain sum, as PyTorch computes
-// it on the CPU. Primitives already created for a shape keep the algorithm they were made with.
+// How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses
+// per shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster
+// (AVX-512 machines; 1.5-2x there), at the price of rounding that differs from the plain
+// sum (tests/cpu_kernels_test holds it to the same tolerance against the reference).
+// direct: every output is the plain sum, as PyTorch computes it on the CPU.
 enum class ConvAlgorithm { automatic, direct };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
-ConvAlgorithm conv_algorithm_from_name(const std::string& name);  // "auto" or "direct"
+std::vector<std::string> conv_algorithm_names();  // for flags: "auto", "direct"
+ConvAlgorithm conv_algorithm_from_name(const std::string& name);
 
 }  // namespace ringflow

@@ -164,13 +164,16 @@ void CachingAllocator::free(void* ptr) {
     return_to_pool(block);
     return;
   }
-  // Reused only after the work queued so far on every other stream that used it. If
-  // recording an event throws, the block stays out of the pools for good: leaking it is
-  // safe, reusing memory that a stream may still be using is not.
+  // Reused only after the work queued so far on every other stream that used it. The
+  // extra count held across the loop keeps the block out of the pools for good if
+  // recording an event throws: leaking it is safe, reusing memory that a stream may still
+  // be using is not.
+  ++block->pending_events;
   for (StreamHandle s : block->stream_uses) {
     pending_.emplace_back(raw_.record_event(s), block);
     ++block->pending_events;
   }
+  --block->pending_events;
   block->stream_uses.clear();
 }
 

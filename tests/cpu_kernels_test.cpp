@@ -258,7 +258,14 @@ TEST_CASE("conv2d forward / backward-data / backward-weights match the reference
 
 // The shapes of VGG/ResNet's 3x3 layers, where ConvAlgorithm::automatic lets oneDNN pick
 // Winograd on AVX-512 machines: both algorithms within the same tolerance of the reference.
+// Restores the process's convolution algorithm when a test case ends, however it ends.
+struct ConvAlgorithmGuard {
+  ConvAlgorithm saved = conv_algorithm();
+  ~ConvAlgorithmGuard() { set_conv_algorithm(saved); }
+};
+
 TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference") {
+  const ConvAlgorithmGuard guard;
   std::mt19937 rng(2);
   for (ConvAlgorithm algorithm : {ConvAlgorithm::automatic, ConvAlgorithm::direct}) {
     set_conv_algorithm(algorithm);
@@ -268,7 +275,6 @@ TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference"
       CHECK(check_conv(c, rng));
     }
   }
-  set_conv_algorithm(ConvAlgorithm::automatic);
   CHECK(conv_algorithm_from_name("direct") == ConvAlgorithm::direct);
   CHECK_THROWS_WITH(conv_algorithm_from_name("fft"),
                     "unknown convolution algorithm 'fft' (auto or direct)");

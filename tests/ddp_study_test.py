@@ -30,6 +30,9 @@ def main(bench, train):
         print(" ".join(cmd), flush=True)
         rc = subprocess.run(cmd).returncode
         check(rc == 0, f"bench/ddp exited {rc}")
+        if not os.path.exists(os.path.join(out, "summary.md")):
+            print("FAIL: bench/ddp wrote no summary.md")
+            return 1
         summary = open(os.path.join(out, "summary.md")).read()
         cluster_skipped = "Emulated-cluster runs skipped" in summary
         for part in ("## How the numbers were taken", "## Done-when checks",

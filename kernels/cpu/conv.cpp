@@ -20,6 +20,8 @@ std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::automatic};
 void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm); }
 ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(); }
 
+std::vector<std::string> conv_algorithm_names() { return {"auto", "direct"}; }
+
 ConvAlgorithm conv_algorithm_from_name(const std::string& name) {
   if (name == "auto") return ConvAlgorithm::automatic;
   if (name == "direct") return ConvAlgorithm::direct;
@@ -47,15 +49,15 @@ Geometry geometry(const Conv2dParams& p) {
           {p.pad_bottom, p.pad_right}};
 }
 
-dnnl::algorithm algorithm_now() {
-  return conv_algorithm() == ConvAlgorithm::direct ? algorithm::convolution_direct
-                                                   : algorithm::convolution_auto;
+dnnl::algorithm dnnl_algorithm(ConvAlgorithm a) {
+  return a == ConvAlgorithm::direct ? algorithm::convolution_direct : algorithm::convolution_auto;
 }
 
-// The key holds the algorithm too, so that switching it takes effect for every shape.
-KeyBuilder& add_params(KeyBuilder& k, const Conv2dParams& p) {
-  k.add(int64_t(conv_algorithm())).add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom).add(p.pad_left);
-  k.add(p.pad_right).add(p.dilation_h).add(p.dilation_w);
+// The key holds the algorithm too, so that switching it takes effect for every shape. Each
+// op reads the setting once, for its key and its primitive alike.
+KeyBuilder& add_params(KeyBuilder& k, const Conv2dParams& p, ConvAlgorithm a) {
+  k.add(int64_t(a)).add(p.stride_h).add(p.stride_w).add(p.pad_top).add(p.pad_bottom);
+  k.add(p.pad_left).add(p.pad_right).add(p.dilation_h).add(p.dilation_w);
   return k;
 }
 
@@ -70,10 +72,10 @@ using BwdWeightsPd = dnnl::convolution_backward_weights::primitive_desc;
 // The forward pd for (x, w, bias?, y): the primitive of conv2d_forward and
 // the hint of the backward ones.
 FwdPd make_fwd_pd(const View& x, const View& w, const View* bias, const View& y,
-                  const Conv2dParams& p, prop_kind prop) {
+                  const Conv2dParams& p, ConvAlgorithm a, prop_kind prop) {
   const Geometry g = geometry(p);
   const md bmd = bias ? bias_md(*bias) : md();
-  dnnl::convolution_forward::desc d(prop, algorithm_now(), any_layout(x),
+  dnnl::convolution_forward::desc d(prop, dnnl_algorithm(a), any_layout(x),
                                     any_layout(w), bmd, any_layout(y), g.strides, g.dilates,
                                     g.pad_l, g.pad_r);
   return FwdPd(d, dnnl_engine());
@@ -91,12 +93,14 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
     return reference_backend().conv2d_forward(y, x, w, bias, p);
   }
+  const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_forward");
   k.add(x).add(w).add(y).add(bias ? int64_t(bias->dtype) : -1);
-  add_params(k, p);
+  add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_forward y x w", {&y, &x, &w}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    auto pd = std::make_shared<FwdPd>(make_fwd_pd(x, w, bias, y, p, prop_kind::forward_training));
+    auto pd = std::make_shared<FwdPd>(
+        make_fwd_pd(x, w, bias, y, p, algo, prop_kind::forward_training));
     return CachedPrimitive{dnnl::convolution_forward(*pd), pd};
   });
   if (!prim) return reference_backend().conv2d_forward(y, x, w, bias, p);
@@ -119,14 +123,15 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
 
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
   if (!conv_ok(dx, dy, w)) return reference_backend().conv2d_backward_data(dx, dy, w, p);
+  const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_backward_data");
   k.add(dx).add(w).add(dy);
-  add_params(k, p);
+  add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_backward_data dx dy w", {&dx, &dy, &w}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    const FwdPd hint = make_fwd_pd(dx, w, nullptr, dy, p, prop_kind::forward_training);
+    const FwdPd hint = make_fwd_pd(dx, w, nullptr, dy, p, algo, prop_kind::forward_training);
     const Geometry g = geometry(p);
-    dnnl::convolution_backward_data::desc d(algorithm_now(), any_layout(dx),
+    dnnl::convolution_backward_data::desc d(dnnl_algorithm(algo), any_layout(dx),
                                             any_layout(w), any_layout(dy), g.strides, g.dilates,
                                             g.pad_l, g.pad_r);
     auto pd = std::make_shared<BwdDataPd>(d, dnnl_engine(), hint);
@@ -152,15 +157,16 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
       (db && !dnnl_friendly({db}))) {
     return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
   }
+  const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_backward_weights");
   k.add(dw).add(x).add(dy).add(db ? int64_t(db->dtype) : -1);
-  add_params(k, p);
+  add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_backward_weights dw dy x", {&dw, &dy, &x}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    const FwdPd hint = make_fwd_pd(x, dw, db, dy, p, prop_kind::forward_training);
+    const FwdPd hint = make_fwd_pd(x, dw, db, dy, p, algo, prop_kind::forward_training);
     const Geometry g = geometry(p);
     dnnl::convolution_backward_weights::desc d(
-        algorithm_now(), any_layout(x), any_layout(dw), db ? bias_md(*db) : md(),
+        dnnl_algorithm(algo), any_layout(x), any_layout(dw), db ? bias_md(*db) : md(),
         any_layout(dy), g.strides, g.dilates, g.pad_l, g.pad_r);
     auto pd = std::make_shared<BwdWeightsPd>(d, dnnl_engine(), hint);
     return CachedPrimitive{dnnl::convolution_backward_weights(*pd), pd};
