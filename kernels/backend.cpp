@@ -1,5 +1,7 @@
 #include "kernels/backend.h"
 
+#include <atomic>
+
 namespace ringflow {
 
 const char* unary_op_name(UnaryOp op) {
@@ -46,5 +48,12 @@ const char* reduce_op_name(ReduceOp op) {
   }
   return "?";
 }
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
 
 }  // namespace ringflow

@@ -138,4 +138,10 @@ ConvAlgorithm conv_algorithm();
 std::vector<std::string> conv_algorithm_names();  // for flags: "auto", "direct"
 ConvAlgorithm conv_algorithm_from_name(const std::string& name);
 
+// Whether the CUDA backend may compute f32 matmuls on TF32 tensor cores (inputs rounded to
+// 10 mantissa bits): off by default, as PyTorch's torch.backends.cuda.matmul.allow_tf32,
+// so that f32 results compare with the CPU backend's. For the process; no effect without CUDA.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 }  // namespace ringflow

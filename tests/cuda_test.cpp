@@ -449,7 +449,7 @@ TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" 
   }
 }
 
-TEST_CASE("cuBLAS matmul keeps f32 in f32: TF32 is off by default" * doctest::skip(kNoDevice)) {
+TEST_CASE("cuBLAS matmul keeps f32 in f32 unless TF32 is allowed" * doctest::skip(kNoDevice)) {
   // 1 + 2^-13 needs 13 mantissa bits: TF32 (10 bits) would round it to 1 and every sum to 64.
   const int64_t n = 64;
   const double x = 1.0 + std::ldexp(1.0, -13);
@@ -464,6 +464,13 @@ TEST_CASE("cuBLAS matmul keeps f32 in f32: TF32 is off by default" * doctest::sk
   int64_t bad = 0;
   for (int64_t i = 0; i < n * n; ++i) bad += got[i] != static_cast<float>(n * x);
   CHECK_MESSAGE(bad == 0, "out[0] = " << got[0] << ", expected " << n * x);
+
+  // Allowed, TF32 rounds x to 1 in the products: every sum is 64 (H100: TF32 tensor cores).
+  set_allow_tf32(true);
+  cuda_backend()->matmul(out_dev.view({1, n, n}), a_dev.view({1, n, n}), b_dev.view({1, n, n}));
+  set_allow_tf32(false);
+  const HostBuf rounded = download(out_dev);
+  CHECK(reinterpret_cast<const float*>(rounded.mem.data())[0] == static_cast<float>(n));
 }
 
 }  // namespace ringflow

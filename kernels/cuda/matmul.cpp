@@ -2,12 +2,13 @@
 // GEMM (Note [Row-major matmul on column-major cuBLAS] in gemm_plan.h). Operands whose
 // strides have no GEMM description are copied contiguous on the device first; an out that
 // is not row-major gets a contiguous temporary, copied into it afterwards.
-// f32 runs in full f32: the handle's CUBLAS_DEFAULT_MATH does not use TF32 tensor cores
-// (that takes CUBLAS_TF32_TENSOR_OP_MATH), so results compare with the CPU backend's.
+// f32 runs in full f32 (CUBLAS_DEFAULT_MATH does not use TF32 tensor cores), so results
+// compare with the CPU backend's, unless set_allow_tf32(true) (CUBLAS_TF32_TENSOR_OP_MATH).
 #include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cublas_context.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -21,6 +22,9 @@ cublasOperation_t op(const GemmOperand& x) { return x.transpose ? CUBLAS_OP_T : 
 void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
   cublasHandle_t h = cublas_handle();
   if (out.dtype == DType::f32) {
+    // Per call, so that set_allow_tf32 takes effect at once on every device's handle.
+    RF_CHECK_CUBLAS(
+        cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const float one = 1, zero = 0;
     RF_CHECK_CUBLAS(cublasSgemmStridedBatched_64(
         h, op(p.a), op(p.b), p.m, p.n, p.k, &one, static_cast<const float*>(b.data), p.a.ld,
