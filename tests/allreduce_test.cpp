@@ -232,6 +232,21 @@ void check_against_mpi(Algorithm algo, DType dtype, ReduceOp op, int64_t count) 
   check_same_everywhere(ours.data(), count * dtype_size(dtype));
 }
 
+// A receive from rank 1, which never sends, throws within the transport's deadline, naming
+// rank 1 (the caller set a deadline of 200 ms; 20 s is a hang).
+void check_recv_times_out(Transport& t, void* buffer, size_t bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    t.recv(buffer, bytes, /*peer=*/1);
+    FAIL("recv returned without a sender");
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("timed out") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("rank 1") != std::string::npos, what);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+}
+
 }  // namespace
 
 TEST_CASE("names round-trip and unknown names list the choices") {
@@ -412,16 +427,7 @@ TEST_CASE("MpiTransport past its deadline throws naming the peer that did not se
   if (transport().rank() == 0) {
     MpiTransport t(comm, MpiTransport::kDefaultTag,
                    std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      t.recv(abandoned, sizeof abandoned, /*peer=*/1);
-      FAIL("recv returned without a sender");
-    } catch (const std::runtime_error& e) {
-      const std::string what = e.what();
-      CHECK_MESSAGE(what.find("timed out") != std::string::npos, what);
-      CHECK_MESSAGE(what.find("rank 1") != std::string::npos, what);
-    }
-    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    check_recv_times_out(t, abandoned, sizeof abandoned);
   }
   MPI_Barrier(comm);
   if (transport().rank() == 1) {
@@ -476,17 +482,8 @@ TEST_CASE("ShmTransport past its deadline throws naming the peer, then refuses e
   REQUIRE(t);
   if (t->rank() == 0) {
     t->set_deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
-    const auto start = std::chrono::steady_clock::now();
     char data[16];
-    try {
-      t->recv(data, sizeof data, /*peer=*/1);
-      FAIL("recv returned without a sender");
-    } catch (const std::runtime_error& e) {
-      const std::string what = e.what();
-      CHECK_MESSAGE(what.find("timed out") != std::string::npos, what);
-      CHECK_MESSAGE(what.find("rank 1") != std::string::npos, what);
-    }
-    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    check_recv_times_out(*t, data, sizeof data);
     CHECK_THROWS_WITH_AS(t->send(data, sizeof data, 1), doctest::Contains("unusable"),
                          std::runtime_error);
   }

@@ -6,10 +6,10 @@
 
 #include <doctest/doctest.h>
 
-#include <ostream>
 #include <string>
 
 #include "kernels/cuda_devices.h"
+#include "tests/skip_listener.h"
 
 namespace ringflow {
 
@@ -30,27 +30,10 @@ inline const CudaStatus& cuda_status() {
 // Evaluated during static initialisation, before the test cases that include this register.
 inline const bool kNoDevice = cuda_status().count == 0;
 
-// Prints "SKIP: <test case>: <why>" for every skipped test case, so the reason shows in
-// the output (and in meson's test log) while doctest counts the case as skipped.
-struct SkipReasonListener : doctest::IReporter {
-  std::ostream& out;
-  explicit SkipReasonListener(const doctest::ContextOptions& options) : out(*options.cout) {}
-  void test_case_skipped(const doctest::TestCaseData& tc) override {
-    out << "SKIP: " << tc.m_name << ": " << cuda_status().why << "\n";
-  }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
+struct CudaSkipWhy {
+  std::string operator()(const std::string&) const { return cuda_status().why; }
 };
 
-DOCTEST_REGISTER_LISTENER("cuda_skip_reason", 1, SkipReasonListener);
+DOCTEST_REGISTER_LISTENER("cuda_skip_reason", 1, SkipReasonListener<CudaSkipWhy>);
 
 }  // namespace ringflow

@@ -30,6 +30,7 @@
 #include "comm/nccl_process_group.h"
 #include "framework/ringflow.h"
 #include "kernels/cuda_devices.h"
+#include "tests/skip_listener.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
 namespace ringflow::comm {
@@ -68,23 +69,8 @@ std::string skip_reason(const std::string& name) {
              " GPU(s); NCCL needs one GPU per rank");
 }
 
-struct SkipReasonListener : doctest::IReporter {
-  std::ostream& out;
-  explicit SkipReasonListener(const doctest::ContextOptions& options) : out(*options.cout) {}
-  void test_case_skipped(const doctest::TestCaseData& tc) override {
-    out << "SKIP: " << tc.m_name << ": " << skip_reason(tc.m_name) << "\n";
-  }
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override {}
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
+struct NcclSkipWhy {
+  std::string operator()(const std::string& name) const { return skip_reason(name); }
 };
 
 constexpr DType kDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
@@ -248,7 +234,7 @@ void check_send_recv(ProcessGroup& pg, Device device) {
 
 }  // namespace
 
-DOCTEST_REGISTER_LISTENER("nccl_skip_reason", 1, SkipReasonListener);
+DOCTEST_REGISTER_LISTENER("nccl_skip_reason", 1, SkipReasonListener<NcclSkipWhy>);
 
 // ---------------------------------------------------------------- host side, everywhere
 
