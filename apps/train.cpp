@@ -57,6 +57,7 @@ struct Flags {
   // Data parallelism.
   std::string sync = "none";
   std::string algo = "auto";
+  std::string transport = "auto", socket_interface;
   double bucket_cap_mb = 25;
   std::string comm_hook = "allreduce";
   bool find_unused = false;
@@ -419,6 +420,7 @@ int run(const Flags& f) {
   const apps::SyncMode mode = apps::sync_mode_from_name(f.sync);
   const comm::Timeout comm_timeout(static_cast<int64_t>(f.comm_timeout_s * 1000));
   std::shared_ptr<comm::ProcessGroup> pg;
+  std::string transport;  // what our allreduce algorithms talk through
   if (mode == apps::SyncMode::none) {
     if (launched_ranks() > 1)
       throw std::invalid_argument(fmt::format(
@@ -427,7 +429,15 @@ int run(const Flags& f) {
   } else {
     comm::MpiProcessGroupOptions o;
     o.checking = comm::comm_check_requested_by_env();
-    pg = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
+    o.shared_memory = f.transport == "auto" || f.transport == "shm";
+    o.sockets = f.transport == "auto" || f.transport == "tcp";
+    o.socket_interface = f.socket_interface;
+    auto group = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
+    transport = group->transport_name();
+    if (f.transport != "auto" && transport != f.transport)
+      throw std::runtime_error(fmt::format("--transport {}: could not be made here (the group "
+                                           "fell back to {})", f.transport, transport));
+    pg = group;
   }
   const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
   const bool lead = rank == 0;  // prints, evaluates, writes checkpoints and metrics
@@ -498,8 +508,8 @@ int run(const Flags& f) {
                model->num_parameters(), f.dataset, d.train->size(), d.test->size(), num_threads());
     if (pg)
       fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
-                 "micro-batches); algorithm {}{}\n", f.sync, world, local_batch, global_batch,
-                 f.grad_accum, f.algo,
+                 "micro-batches); algorithm {} over {}{}\n", f.sync, world, local_batch, global_batch,
+                 f.grad_accum, f.algo, transport,
                  mode == apps::SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
                                                            f.bucket_cap_mb, f.comm_hook)
                                              : "");
@@ -734,6 +744,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp"}));
   app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce and ddp")->capture_default_str()
       ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
+  app.add_option("--transport", f.transport,
+                 "what our allreduce algorithms talk through: auto (shared memory on one node, "
+                 "else TCP), shm, tcp or mpi (MPI point to point)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
+  app.add_option("--socket-interface", f.socket_interface,
+                 "--transport tcp: the network interface (default: the first up, not loopback)");
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "ddp: MiB per gradient bucket (0: one per parameter)")
       ->capture_default_str()->check(at_least0);
   app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "

@@ -35,6 +35,7 @@
 #include "comm/allreduce.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
+#include "comm/tcp_transport.h"
 
 namespace {
 
@@ -51,6 +52,7 @@ struct Options {
   size_t segment_bytes = 1 << 20;
   std::string transport = "auto";
   ShmTransportOptions shm;
+  std::string socket_interface;
   int warmup = 2, repeat = 5;
   double min_ms = 100;
   std::string json;
@@ -167,8 +169,10 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
   app.add_option("--transport", o.transport,
                  "what our algorithms talk through: auto (shm where every rank is on this "
-                 "node, else mpi), mpi, shm")
-      ->check(CLI::IsMember({"auto", "mpi", "shm"}));
+                 "node, else tcp, else mpi), mpi, shm, tcp")
+      ->check(CLI::IsMember({"auto", "mpi", "shm", "tcp"}));
+  app.add_option("--socket-interface", o.socket_interface,
+                 "tcp transport: the network interface (default: the first up, not loopback)");
   app.add_option("--shm-slot-bytes", o.shm.slot_bytes, "shm transport: bytes per slot");
   app.add_option("--shm-slots", o.shm.slots, "shm transport: slots per channel");
   app.add_option("--warmup", o.warmup, "untimed calls after the checked one");
@@ -202,20 +206,31 @@ int main(int argc, char** argv) {
     MPI_Comm comm, native_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &native_comm);
+    // The process group's choice (comm/mpi_process_group.h): shared memory on one node,
+    // else TCP, else MPI; or the one asked for.
     MpiTransport mpi_transport(comm);
     std::unique_ptr<ShmTransport> shm_transport;
-    std::string transport_name = "mpi", why_not = "not asked for";
-    if (o.transport != "mpi") {
-      shm_transport = ShmTransport::create(comm, o.shm, &why_not);
-      if (!shm_transport && o.transport == "shm") throw std::runtime_error("--transport shm: " + why_not);
+    std::unique_ptr<TcpTransport> tcp_transport;
+    std::string transport_name = "mpi", why_not_shm = "not asked for", why_not_tcp = "not asked for";
+    if (o.transport == "auto" || o.transport == "shm") {
+      shm_transport = ShmTransport::create(comm, o.shm, &why_not_shm);
+      if (!shm_transport && o.transport == "shm") throw std::runtime_error("--transport shm: " + why_not_shm);
+    }
+    if (!shm_transport && (o.transport == "auto" || o.transport == "tcp")) {
+      tcp_transport = TcpTransport::create(comm, {.interface = o.socket_interface}, &why_not_tcp);
+      if (!tcp_transport && o.transport == "tcp") throw std::runtime_error("--transport tcp: " + why_not_tcp);
     }
     if (shm_transport) {
       transport_name = fmt::format("shm ({} slots of {} B per channel)", shm_transport->slots(),
                                    shm_transport->slot_bytes());
+    } else if (tcp_transport) {
+      transport_name = fmt::format("tcp (rank 0 at {}; shm: {})", tcp_transport->address(), why_not_shm);
     } else {
-      transport_name += " (shm: " + why_not + ")";
+      transport_name += fmt::format(" (shm: {}; tcp: {})", why_not_shm, why_not_tcp);
     }
-    Transport& transport = shm_transport ? static_cast<Transport&>(*shm_transport) : mpi_transport;
+    Transport& transport = shm_transport   ? static_cast<Transport&>(*shm_transport)
+                           : tcp_transport ? static_cast<Transport&>(*tcp_transport)
+                                           : mpi_transport;
     std::vector<unsigned char> data(max_bytes + 64), spare(rank == 0 ? max_bytes + 64 : 0);
 
     if (rank == 0) {

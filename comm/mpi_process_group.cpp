@@ -18,10 +18,11 @@
 // reuses the context id. Make a new group to go on. In checking mode the fingerprint
 // exchange is point to point, so the ranks whose fingerprint did not arrive are exactly
 // the ranks that did not arrive at the collective: they are named. Without checking mode they are unknown.
-// Our own allreduce algorithms run through an MpiTransport, or the group's ShmTransport
-// when every rank is on this node, given the same deadline: it polls its requests (or
-// channels) and names the peer it waited for in vain. A ShmTransport leaves nothing
-// pending: a late peer writes only into the shared segments, never into the tensors.
+// Our own allreduce algorithms run through the group's ShmTransport when every rank is on
+// this node, else its TcpTransport, else an MpiTransport, given the same deadline: each
+// names the peer it waited for in vain. Shared memory and TCP leave nothing pending: a
+// late peer writes only into the shared segments or the socket buffers, never into the
+// tensors.
 // Memory: MPI may still write into the buffers of a timed-out collective if a late rank
 // turns up, so the collective that broke the group is kept alive (its tensors with it)
 // for the rest of the process, deliberately leaked. (The algorithms' per-thread scratch
@@ -64,6 +65,7 @@
 #include "comm/counting_transport.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
+#include "comm/tcp_transport.h"
 #include "framework/error.h"
 #include "kernels/cuda_copy.h"
 
@@ -245,6 +247,10 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   RF_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   RF_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   if (options_.shared_memory) shm_ = ShmTransport::create(algo_comm_);
+  // Collective: every rank asks, since each ShmTransport::create answers the same.
+  if (!shm_ && options_.sockets) {
+    tcp_ = TcpTransport::create(algo_comm_, {.interface = options_.socket_interface});
+  }
   thread_ = std::thread([this] { run_loop(); });
 }
 
@@ -275,7 +281,9 @@ std::string MpiProcessGroup::broken_reason() const {
   return broken_;
 }
 
-std::string MpiProcessGroup::transport_name() const { return shm_ ? "shm" : "mpi"; }
+std::string MpiProcessGroup::transport_name() const {
+  return shm_ ? "shm" : tcp_ ? "tcp" : "mpi";
+}
 
 // The sequence number is taken under the queue's lock, so that numbers follow queue order
 // even when several threads issue (the order across ranks is then the caller's problem).
@@ -656,7 +664,10 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
     op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
     MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
     if (shm_) shm_->set_deadline(op.deadline);
-    CountingTransport transport(shm_ ? static_cast<Transport&>(*shm_) : mpi_transport);
+    if (tcp_) tcp_->set_deadline(op.deadline);
+    CountingTransport transport(shm_   ? static_cast<Transport&>(*shm_)
+                                : tcp_ ? static_cast<Transport&>(*tcp_)
+                                       : mpi_transport);
     try {
       switch (algo) {
         case Algorithm::naive: naive_allreduce(transport, b, o.op, o.root); break;

@@ -50,6 +50,7 @@
 namespace ringflow::comm {
 
 class ShmTransport;
+class TcpTransport;
 
 struct MpiProcessGroupOptions {
   // Before each collective, exchange a fingerprint (kind, reduce op, dtype, count, root,
@@ -62,6 +63,12 @@ struct MpiProcessGroupOptions {
   // MPI point to point otherwise (why: Note [shared-memory transport] in
   // comm/shm_transport.cpp). false keeps them on MPI.
   bool shared_memory = true;
+  // Across nodes they talk through TCP connections of their own (comm/tcp_transport.h;
+  // why: Note [TCP transport] in comm/tcp_transport.cpp), made at construction on
+  // socket_interface ("": the first that is up and not loopback, as NCCL picks), or
+  // through MPI point to point where those cannot be made. false keeps them on MPI.
+  bool sockets = true;
+  std::string socket_interface;
 };
 
 // RINGFLOW_COMM_CHECK=1 in the environment: for apps and tests to pass into the options
@@ -86,7 +93,7 @@ class MpiProcessGroup final : public ProcessGroup {
   bool checking() const { return options_.checking; }
   // Empty while usable; the reason once a collective timed out (see the contract).
   std::string broken_reason() const;
-  // What our allreduce algorithms talk through: "shm" or "mpi".
+  // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
   std::string transport_name() const;
 
   // A tensor argument of a collective and the host memory that MPI reads and writes for it:
@@ -156,6 +163,7 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
   std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
+  std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
   mutable std::mutex mutex_;
   int64_t next_seq_ = 0;                 // collectives issued, under mutex_
   int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_

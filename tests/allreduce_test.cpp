@@ -1,7 +1,7 @@
 // The allreduce algorithms of comm/ (naive, tree, recursive doubling, ring) on each
-// transport (MpiTransport; ShmTransport, since mpiexec runs every rank on this node; and
-// ShmTransport with tiny slots, so that every message takes many pieces and wraps its
-// channel), run under mpiexec at 1..5 ranks: against closed forms (rank r contributes
+// transport (MpiTransport; ShmTransport, since mpiexec runs every rank on this node;
+// TcpTransport, through this node's own address; and ShmTransport with tiny slots, so
+// that every message takes many pieces and wraps its channel), run under mpiexec at 1..5 ranks: against closed forms (rank r contributes
 // (r + 1) * k with k = 1 + i % 7, so sum = k n(n+1)/2, max = k n, min = k, avg = sum / n,
 // all exact in every dtype) and against MPI_Allreduce on random data. Every rank runs
 // every case. At 3+ ranks (oversubscribed on small machines, ~10-50 ms a collective) the
@@ -22,6 +22,7 @@
 #include "comm/detail.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
+#include "comm/tcp_transport.h"
 
 using namespace ringflow;
 using namespace ringflow::comm;
@@ -47,6 +48,8 @@ struct Transports {
   // 64-byte slots, 2 per channel: a 1 KB message takes 16 pieces and wraps its channel 8 times.
   std::unique_ptr<ShmTransport> shm_tiny =
       ShmTransport::create(dup_world(), {.slot_bytes = 64, .slots = 2});
+  // On one node it connects through the first interface that is up (loopback at worst).
+  std::unique_ptr<TcpTransport> tcp = TcpTransport::create(dup_world());
 };
 
 Transports& transports() {
@@ -65,7 +68,9 @@ void on_each_transport(F f, bool tiny = false) {
   Transports& t = transports();
   REQUIRE_MESSAGE(t.shm, "every rank of mpiexec is on this node: ShmTransport must be made");
   REQUIRE(t.shm_tiny);
-  std::vector<std::pair<const char*, Transport*>> list = {{"mpi", &t.mpi}, {"shm", t.shm.get()}};
+  REQUIRE(t.tcp);
+  std::vector<std::pair<const char*, Transport*>> list = {
+      {"mpi", &t.mpi}, {"shm", t.shm.get()}, {"tcp", t.tcp.get()}};
   if (tiny) list.push_back({"shm with 64-byte slots", t.shm_tiny.get()});
   for (auto [name, transport] : list) {
     CAPTURE(name);
@@ -438,10 +443,31 @@ TEST_CASE("MpiTransport past its deadline throws naming the peer that did not se
   MPI_Comm_free(&comm);
 }
 
-TEST_CASE("ShmTransport: sendrecv with itself and with a neighbour, messages longer than a channel") {
-  ShmTransport& t = *transports().shm_tiny;  // a channel holds 2 x 64 bytes
+// ShmTransport and TcpTransport: the same contract (a deadline, a broken state, lengths
+// checked), so the same cases. fresh<T>() makes one of its own (collective).
+template <class T>
+std::unique_ptr<T> fresh() {
+  return T::create(dup_world());
+}
+
+// The shared one to run messages through: for ShmTransport the tiny-slot one (a channel
+// holds 2 x 64 bytes), so that every message wraps its channel.
+template <class T>
+T& shared_transport() {
+  if constexpr (std::is_same_v<T, ShmTransport>) {
+    return *transports().shm_tiny;
+  } else {
+    return *transports().tcp;
+  }
+}
+
+TEST_CASE_TEMPLATE("sendrecv with itself and with a neighbour, messages longer than a buffer", T,
+                   ShmTransport, TcpTransport) {
+  T& t = shared_transport<T>();
   const int rank = t.rank(), n = t.size();
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{4099}}) {
+  // 9 MB: longer than a TCP connection's socket buffers, so sends and receives go in parts.
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{4099},
+                       size_t{9} << 20}) {
     CAPTURE(bytes);
     std::vector<unsigned char> out(bytes + 1), in(bytes + 1, 0xee);
     for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(rank * 31 + i);
@@ -453,11 +479,12 @@ TEST_CASE("ShmTransport: sendrecv with itself and with a neighbour, messages lon
     int64_t bad = 0;
     for (size_t i = 0; i < bytes; ++i) bad += in[i] != static_cast<unsigned char>(left * 31 + i);
     CHECK(bad == 0);
+    CHECK(in[bytes] == 0xee);
   }
 }
 
-TEST_CASE("ShmTransport with a deadline gives the same results") {
-  ShmTransport& t = *transports().shm;
+TEST_CASE_TEMPLATE("with a deadline, the same results", T, ShmTransport, TcpTransport) {
+  T& t = shared_transport<T>();
   t.set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(120));
   const int rank = t.rank(), n = t.size();
   for (int64_t count : {int64_t{1}, int64_t(n + 1), int64_t{4099}, int64_t{300007}}) {
@@ -473,12 +500,13 @@ TEST_CASE("ShmTransport with a deadline gives the same results") {
     }
     CHECK(bad == 0);
   }
-  t.set_deadline(ShmTransport::Deadline::max());
+  t.set_deadline(T::Deadline::max());
 }
 
-TEST_CASE("ShmTransport past its deadline throws naming the peer, then refuses every call") {
+TEST_CASE_TEMPLATE("past its deadline throws naming the peer, then refuses every call", T,
+                   ShmTransport, TcpTransport) {
   if (transport().size() < 2) return;
-  auto t = ShmTransport::create(dup_world());
+  auto t = fresh<T>();
   REQUIRE(t);
   if (t->rank() == 0) {
     t->set_deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
@@ -490,9 +518,10 @@ TEST_CASE("ShmTransport past its deadline throws naming the peer, then refuses e
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST_CASE("ShmTransport: a message of another length than expected throws on the receiver") {
+TEST_CASE_TEMPLATE("a message of another length than expected throws on the receiver", T,
+                   ShmTransport, TcpTransport) {
   if (transport().size() < 2) return;
-  auto t = ShmTransport::create(dup_world());
+  auto t = fresh<T>();
   REQUIRE(t);
   char data[16] = {};
   if (t->rank() == 0) t->send(data, 8, /*peer=*/1);
@@ -502,4 +531,27 @@ TEST_CASE("ShmTransport: a message of another length than expected throws on the
                          std::runtime_error);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("TcpTransport: a peer that goes away is named at once, long before any deadline") {
+  if (transport().size() < 2) return;
+  auto t = fresh<TcpTransport>();
+  REQUIRE(t);
+  if (t->rank() == 1) t.reset();  // closes its connections, as an exiting process's are
+  if (t && t->rank() == 0) {
+    t->set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    const auto start = std::chrono::steady_clock::now();
+    char data[16];
+    CHECK_THROWS_WITH_AS(t->recv(data, sizeof data, /*peer=*/1),
+                         doctest::Contains("rank 1 closed its connection"), std::runtime_error);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("TcpTransport: an interface that does not exist is named on every rank") {
+  std::string why_not;
+  auto t = TcpTransport::create(dup_world(), {.interface = "no-such-if0"}, &why_not);
+  CHECK(t == nullptr);
+  CHECK(why_not.find("no-such-if0") != std::string::npos);
 }

@@ -1,11 +1,12 @@
 // Run by bench/cluster, one rank per emulated host (tests/meson.build): checks that MPI
 // sees hosts of their own that talk TCP over the shaped links (so that what the cluster
 // benchmarks measure is the network), and that every allreduce algorithm gives the right
-// result over those links at sizes where the links dominate: closed forms (rank r
-// contributes (r+1) * k_i, k_i = 1 + i % 7, so a sum is n(n+1)/2 * k_i), and MPI's own
-// result on random integers (exact whatever the order of the additions). The script's
-// --verify-traffic then checks that the bytes went over the veth links. Under a plain
-// `mpiexec -n 2` the first test case fails: run it through bench/cluster.
+// result over those links, through the group's own TCP connections and through MPI, at
+// sizes where the links dominate: closed forms (rank r contributes (r+1) * k_i,
+// k_i = 1 + i % 7, so a sum is n(n+1)/2 * k_i), and MPI's own result on random integers
+// (exact whatever the order of the additions). The script's --verify-traffic then checks
+// that the bytes went over the veth links. Under a plain `mpiexec -n 2` the first test
+// case fails: run it through bench/cluster.
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -35,11 +36,16 @@ CollectiveOptions opts(Algorithm algo) {
   return o;
 }
 
-MpiProcessGroupOptions checking() {
+// Our algorithms over the group's own TCP connections (its choice across nodes), or over
+// MPI point to point.
+MpiProcessGroupOptions checking(const std::string& transport) {
   MpiProcessGroupOptions o;
   o.checking = true;
+  o.sockets = transport == "tcp";
   return o;
 }
+
+constexpr const char* kTransports[] = {"tcp", "mpi"};
 
 double k_of(int64_t i) { return static_cast<double>(1 + i % 7); }
 
@@ -76,55 +82,67 @@ TEST_CASE("every rank runs on a host of its own and talks TCP") {
   CHECK(std::string(tls != nullptr ? tls : "(unset)") == "tcp,self");
 }
 
-TEST_CASE("allreduce over the links: every algorithm, closed form, 4 B to 4 MB") {
-  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
-  const int n = pg.size(), r = pg.rank();
-  struct Case { Tensor t; Algorithm a; std::shared_ptr<Work> w; };
-  std::vector<Case> cases;
-  for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1} << 20}) {  // f32: up to 4 MB
-    for (Algorithm a : kAlgorithms) {
-      Tensor t = empty({count}, DType::f32);
-      float* p = t.data<float>();
-      for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>((r + 1) * k_of(i));
-      cases.push_back({t, a, {}});
-    }
-  }
-  for (Case& c : cases) c.w = pg.allreduce(c.t, opts(c.a));
-  for (Case& c : cases) {
-    c.w->wait();
-    const float* p = c.t.data<float>();
-    const int64_t count = c.t.numel();
-    int64_t wrong = 0, first = -1;
-    for (int64_t i = 0; i < count; ++i) {
-      if (p[i] != static_cast<float>(n * (n + 1) / 2 * k_of(i))) {
-        if (wrong++ == 0) first = i;
+TEST_CASE("allreduce over the links: every algorithm and transport, closed form, 4 B to 4 MB") {
+  for (const std::string transport : kTransports) {
+    CAPTURE(transport);
+    MpiProcessGroup pg(MPI_COMM_WORLD, checking(transport));
+    REQUIRE(pg.transport_name() == transport);
+    const int n = pg.size(), r = pg.rank();
+    struct Case {
+      Tensor t;
+      Algorithm a;
+      std::shared_ptr<Work> w;
+    };
+    std::vector<Case> cases;
+    for (int64_t count : {int64_t{1}, int64_t{1000}, int64_t{1} << 20}) {  // f32: up to 4 MB
+      for (Algorithm a : kAlgorithms) {
+        Tensor t = empty({count}, DType::f32);
+        float* p = t.data<float>();
+        for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>((r + 1) * k_of(i));
+        cases.push_back({t, a, {}});
       }
     }
-    INFO(std::string(algorithm_name(c.a)) << " count " << count << ": first wrong element "
-                                           << first);
-    CHECK(wrong == 0);
+    for (Case& c : cases) c.w = pg.allreduce(c.t, opts(c.a));
+    for (Case& c : cases) {
+      c.w->wait();
+      const float* p = c.t.data<float>();
+      const int64_t count = c.t.numel();
+      int64_t wrong = 0, first = -1;
+      for (int64_t i = 0; i < count; ++i) {
+        if (p[i] != static_cast<float>(n * (n + 1) / 2 * k_of(i))) {
+          if (wrong++ == 0) first = i;
+        }
+      }
+      INFO(std::string(algorithm_name(c.a))
+           << " count " << count << ": first wrong element " << first);
+      CHECK(wrong == 0);
+    }
   }
 }
 
-TEST_CASE("allreduce over the links: every algorithm agrees with MPI_Allreduce, 8 MB") {
-  MpiProcessGroup pg(MPI_COMM_WORLD, checking());
-  constexpr int64_t count = (int64_t{1} << 20) + 3;  // i64: 8 MB, not a multiple of n
-  std::mt19937_64 gen(99 + pg.rank());
-  std::uniform_int_distribution<int64_t> dist(-1000000, 1000000);
-  Tensor base = empty({count}, DType::i64);
-  for (int64_t i = 0; i < count; ++i) base.data<int64_t>()[i] = dist(gen);
+TEST_CASE("allreduce over the links: every algorithm and transport agrees with MPI_Allreduce, 8 MB") {
+  for (const std::string transport : kTransports) {
+    CAPTURE(transport);
+    MpiProcessGroup pg(MPI_COMM_WORLD, checking(transport));
+    REQUIRE(pg.transport_name() == transport);
+    constexpr int64_t count = (int64_t{1} << 20) + 3;  // i64: 8 MB, not a multiple of n
+    std::mt19937_64 gen(99 + pg.rank());
+    std::uniform_int_distribution<int64_t> dist(-1000000, 1000000);
+    Tensor base = empty({count}, DType::i64);
+    for (int64_t i = 0; i < count; ++i) base.data<int64_t>()[i] = dist(gen);
 
-  std::vector<int64_t> want(count);
-  MPI_Allreduce(base.data<int64_t>(), want.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
-                MPI_COMM_WORLD);
-  for (Algorithm a : kAlgorithms) {
-    Tensor t = base.clone();
-    pg.allreduce(t, opts(a))->wait();
-    const int64_t* p = t.data<int64_t>();
-    int64_t wrong = 0;
-    for (int64_t i = 0; i < count; ++i) wrong += p[i] != want[i];
-    INFO(std::string(algorithm_name(a)));
-    CHECK(wrong == 0);
+    std::vector<int64_t> want(count);
+    MPI_Allreduce(base.data<int64_t>(), want.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM,
+                  MPI_COMM_WORLD);
+    for (Algorithm a : kAlgorithms) {
+      Tensor t = base.clone();
+      pg.allreduce(t, opts(a))->wait();
+      const int64_t* p = t.data<int64_t>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < count; ++i) wrong += p[i] != want[i];
+      INFO(std::string(algorithm_name(a)));
+      CHECK(wrong == 0);
+    }
   }
 }
 

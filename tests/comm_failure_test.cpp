@@ -85,6 +85,15 @@ TEST_CASE("a rank that skips our ring allreduce: the transport's deadline names 
   CHECK(occurrences(r.output, "RECOVERED") == 3);
 }
 
+TEST_CASE("a rank that skips our ring allreduce over TCP: named by the transport's deadline") {
+  const Run r = run("skip-ring-tcp");
+  CHECK(r.status == 0);
+  CHECK(r.seconds < 60);
+  CHECK(occurrences(r.output, "allreduce #0 (f32, 7 elements, sum, ring) failed on rank") >= 2);
+  CHECK(has(r.output, "TcpTransport sendrecv on rank 1 timed out waiting for rank 0"));
+  CHECK(occurrences(r.output, "RECOVERED") == 3);
+}
+
 TEST_CASE("a rank that finalises and exits 0 early: the others fail naming it, exit non-zero") {
   const Run r = run("finalize-early");
   CHECK(r.status != 0);
@@ -113,6 +122,18 @@ TEST_CASE("a rank that dies, with -disable-auto-cleanup: the survivors fail nami
   CHECK(occurrences(r.output, "allreduce #1 (f32, 7 elements, sum, native) timed out after "
                               "3000 ms") == 2);
   CHECK(occurrences(r.output, "rank 2 did not arrive") == 2);
+}
+
+TEST_CASE("a rank that dies, ring over TCP: the survivors hear of it at once, not at the timeout") {
+  const Run r = run("exit-early-tcp", "-disable-auto-cleanup");
+  CHECK(r.status != 0);
+  CHECK(r.status != 124);
+  CHECK(r.seconds < 40);  // the collective's timeout is 60 s
+  CHECK(occurrences(r.output, "over tcp") == 3);
+  CHECK(occurrences(r.output, "allreduce #1 (f32, 7 elements, sum, ring) failed on rank") == 2);
+  // Rank 0 reads from rank 2 in the ring; rank 1 hears either from rank 2 or from rank 0
+  // giving up in turn.
+  CHECK(has(r.output, "rank 2 closed its connection"));
 }
 
 TEST_CASE("a program that never calls MPI: the group initialises and finalises it") {

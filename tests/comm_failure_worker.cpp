@@ -3,8 +3,11 @@
 //   skip-checked   rank 0 skips allreduce #0; checking mode on, timeout 2 s
 //   skip-native    rank 0 skips a native allreduce; checking mode off, timeout 2 s
 //   skip-ring      rank 0 skips a ring allreduce; checking mode off, timeout 2 s
+//   skip-ring-tcp  the same with the ring over TcpTransport (shared memory off)
 //   exit-early     the last rank dies (std::_Exit(1), no MPI_Finalize) before allreduce #1
 //   finalize-early the last rank calls MPI_Finalize and returns 0 before allreduce #1
+//   exit-early-tcp the last rank dies before allreduce #1, a ring over TcpTransport with
+//                  a 60 s timeout and checking mode off: the others hear of it at once
 //   self-init      main never calls MPI: the group initialises it, finalises at exit
 // Every rank prints "rank R: ..." lines; "FAILED-AS-EXPECTED" lines carry the CommError.
 #include <mpi.h>
@@ -62,9 +65,10 @@ void recover(int rank, MpiProcessGroupOptions options) {
   std::fflush(stdout);
 }
 
-int skip(bool checked, Algorithm algorithm = Algorithm::native) {
+int skip(bool checked, Algorithm algorithm = Algorithm::native, bool tcp = false) {
   MpiProcessGroupOptions options;
   options.checking = checked;
+  options.shared_memory = !tcp;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   {
@@ -91,13 +95,17 @@ int skip(bool checked, Algorithm algorithm = Algorithm::native) {
   return 0;
 }
 
-int exit_early(bool finalize) {
+int exit_early(bool finalize, bool tcp = false) {
   MpiProcessGroupOptions options;
-  options.checking = true;
+  options.checking = !tcp;  // over TCP the ring itself finds out (no fingerprint round first)
+  options.shared_memory = !tcp;
+  const CollectiveOptions second =
+      tcp ? with_timeout(std::chrono::seconds(60), Algorithm::ring) : with_timeout(std::chrono::seconds(3));
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MpiProcessGroup pg(MPI_COMM_WORLD, options);
+  std::printf("rank %d: our algorithms over %s\n", rank, pg.transport_name().c_str());
   Tensor t = full({7}, 1.0, DType::f32);
   pg.allreduce(t, with_timeout(std::chrono::seconds(30)))->wait();  // #0: everyone
   // The survivors wait for each other before exiting: the first exit makes mpiexec kill
@@ -112,7 +120,7 @@ int exit_early(bool finalize) {
     return -1;  // main finalises and exits 0
   }
   const auto start = Clock::now();
-  auto work = pg.allreduce(t, with_timeout(std::chrono::seconds(3)));  // #1
+  auto work = pg.allreduce(t, second);  // #1
   const bool failed = report(rank, *work, start);
   MPI_Barrier(survivors);
   // The survivors exit non-zero with the message above, never hang.
@@ -149,8 +157,10 @@ int main(int argc, char** argv) {
     if (scenario == "skip-checked") rc = ringflow::comm::skip(/*checked=*/true);
     else if (scenario == "skip-native") rc = ringflow::comm::skip(/*checked=*/false);
     else if (scenario == "skip-ring") rc = ringflow::comm::skip(false, ringflow::comm::Algorithm::ring);
+    else if (scenario == "skip-ring-tcp") rc = ringflow::comm::skip(false, ringflow::comm::Algorithm::ring, true);
     else if (scenario == "exit-early") rc = ringflow::comm::exit_early(/*finalize=*/false);
     else if (scenario == "finalize-early") rc = ringflow::comm::exit_early(/*finalize=*/true);
+    else if (scenario == "exit-early-tcp") rc = ringflow::comm::exit_early(false, /*tcp=*/true);
     else std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uncaught: %s\n", e.what());

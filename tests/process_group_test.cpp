@@ -207,13 +207,19 @@ TEST_CASE("traffic: each allreduce algorithm's counted bytes equal its closed fo
   CHECK(bcast->traffic().received == (r == n - 1 ? 0 : count * 4));
 }
 
-TEST_CASE("allreduce: our algorithms through shared memory on one node, or MPI when asked") {
-  for (bool shared : {true, false}) {
-    CAPTURE(shared);
+TEST_CASE("allreduce: our algorithms through shared memory on one node, or TCP or MPI when asked") {
+  struct Choice {
+    bool shared_memory, sockets;
+    const char* transport;  // mpiexec: every rank on this node
+  };
+  for (Choice choice : {Choice{true, true, "shm"}, Choice{false, true, "tcp"},
+                        Choice{false, false, "mpi"}}) {
+    CAPTURE(choice.transport);
     MpiProcessGroupOptions o = checking();
-    o.shared_memory = shared;
+    o.shared_memory = choice.shared_memory;
+    o.sockets = choice.sockets;
     MpiProcessGroup pg(MPI_COMM_WORLD, o);
-    CHECK(pg.transport_name() == (shared ? "shm" : "mpi"));  // mpiexec: every rank here
+    CHECK(pg.transport_name() == choice.transport);
     const int n = pg.size(), r = pg.rank();
     for (Algorithm a : {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
                         Algorithm::ring}) {
