@@ -435,8 +435,9 @@ int run(const Flags& f) {
     auto group = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
     transport = group->transport_name();
     if (f.transport != "auto" && transport != f.transport)
-      throw std::runtime_error(fmt::format("--transport {}: could not be made here (the group "
-                                           "fell back to {})", f.transport, transport));
+      throw std::runtime_error(fmt::format(
+          "--transport {}: could not be made here (the group fell back to {}){}", f.transport,
+          transport, group->why_not_tcp().empty() ? "" : ": " + group->why_not_tcp()));
     pg = group;
   }
   const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
@@ -508,8 +509,8 @@ int run(const Flags& f) {
                model->num_parameters(), f.dataset, d.train->size(), d.test->size(), num_threads());
     if (pg)
       fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
-                 "micro-batches); algorithm {} over {}{}\n", f.sync, world, local_batch, global_batch,
-                 f.grad_accum, f.algo, transport,
+                 "micro-batches); algorithm {} over {}{}\n", f.sync, world, local_batch,
+                 global_batch, f.grad_accum, f.algo, transport,
                  mode == apps::SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
                                                            f.bucket_cap_mb, f.comm_hook)
                                              : "");

@@ -1,9 +1,12 @@
 #include "comm/detail.h"
 
+#include <mpi.h>
+
 #include <exception>
 #include <fstream>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 #include "framework/error.h"
@@ -69,6 +72,19 @@ size_t streaming_from_bytes() {
     return cache > 0 ? cache / 2 : size_t{16} << 20;
   }();
   return bytes;
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, len);
+}
+
+void check_mpi(int code, const char* who, const char* call) {
+  if (code != MPI_SUCCESS) {
+    throw std::runtime_error(cat(who, ": ", call, " failed: ", mpi_error_text(code)));
+  }
 }
 
 }  // namespace ringflow::comm::detail

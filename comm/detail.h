@@ -1,9 +1,11 @@
-// Internal to comm/'s allreduce algorithms (not installed): argument checks and a
+// Internal to comm/ (not installed): the allreduce algorithms' argument checks and a
 // per-thread receive buffer reused from call to call, so that a large allreduce does not
-// allocate (and, above glibc's 32 MiB mmap threshold, re-fault) its temporary each time.
+// allocate (and, above glibc's 32 MiB mmap threshold, re-fault) its temporary each time;
+// MPI's error texts for the transports and the process group.
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "comm/allreduce.h"
 
@@ -22,5 +24,11 @@ void* scratch(size_t bytes);
 // last-level cache (sysconf), 16 MiB where that is unknown. Their last writes may bypass
 // the cache (Transport::sendrecv_streaming).
 size_t streaming_from_bytes();
+
+// MPI's text for an error code.
+std::string mpi_error_text(int code);
+
+// Throws std::runtime_error "<who>: <call> failed: <MPI's text>" unless code is MPI_SUCCESS.
+void check_mpi(int code, const char* who, const char* call);
 
 }  // namespace ringflow::comm::detail

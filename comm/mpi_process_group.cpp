@@ -63,6 +63,7 @@
 #include "comm/backoff.h"
 #include "comm/collective_kind.h"
 #include "comm/counting_transport.h"
+#include "comm/detail.h"
 #include "comm/mpi_transport.h"
 #include "comm/shm_transport.h"
 #include "comm/tcp_transport.h"
@@ -82,13 +83,6 @@ std::string describe(const MpiProcessGroup::Fingerprint& fp) {
                              static_cast<Algorithm>(fp.algorithm), fp.root);
 }
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return std::string(text, len);
-}
-
 int world_rank() {
   int initialized = 0, finalized = 0, rank = -1;
   MPI_Initialized(&initialized);
@@ -103,7 +97,7 @@ int world_rank() {
     if (rf_code_ != MPI_SUCCESS) {                                                       \
       throw CommError(::ringflow::cat(__FILE__, ":", __LINE__, ": ", #call,              \
                                       " failed on rank ", world_rank(), ": ",            \
-                                      mpi_error_text(rf_code_)));                        \
+                                      detail::mpi_error_text(rf_code_)));                \
     }                                                                                    \
   } while (0)
 
@@ -249,7 +243,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   if (options_.shared_memory) shm_ = ShmTransport::create(algo_comm_);
   // Collective: every rank asks, since each ShmTransport::create answers the same.
   if (!shm_ && options_.sockets) {
-    tcp_ = TcpTransport::create(algo_comm_, {.interface = options_.socket_interface});
+    tcp_ = TcpTransport::create(algo_comm_, {.interface = options_.socket_interface}, &why_not_tcp_);
   }
   thread_ = std::thread([this] { run_loop(); });
 }
@@ -472,7 +466,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
         }
       }
       throw CommError(cat(op.work->description(), " failed on rank ", rank_, " in ", call, ": ",
-                          mpi_error_text(first)));
+                          detail::mpi_error_text(first)));
     }
     if (done != MPI_UNDEFINED) {
       remaining -= done;

@@ -59,14 +59,14 @@ struct MpiProcessGroupOptions {
   // timeout is named. Costs one small all-to-all message round per collective.
   bool checking = false;
   // Our allreduce algorithms (naive, tree, recursive doubling, ring) talk through shared
-  // memory (comm/shm_transport.h) when every rank of the group is on this node, through
-  // MPI point to point otherwise (why: Note [shared-memory transport] in
-  // comm/shm_transport.cpp). false keeps them on MPI.
+  // memory (comm/shm_transport.h) when every rank of the group is on this node (why: Note
+  // [shared-memory transport] in comm/shm_transport.cpp); false: not through shared memory.
   bool shared_memory = true;
-  // Across nodes they talk through TCP connections of their own (comm/tcp_transport.h;
-  // why: Note [TCP transport] in comm/tcp_transport.cpp), made at construction on
-  // socket_interface ("": the first that is up and not loopback, as NCCL picks), or
-  // through MPI point to point where those cannot be made. false keeps them on MPI.
+  // Otherwise (across nodes, or on one node without shared memory) through TCP
+  // connections of their own (comm/tcp_transport.h; why: Note [TCP transport] in
+  // comm/tcp_transport.cpp), made at construction on socket_interface ("": the first that
+  // is up and not loopback, as NCCL picks), or through MPI point to point where those
+  // cannot be made (why_not_tcp() says why). false: MPI point to point.
   bool sockets = true;
   std::string socket_interface;
 };
@@ -95,6 +95,9 @@ class MpiProcessGroup final : public ProcessGroup {
   std::string broken_reason() const;
   // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
   std::string transport_name() const;
+  // Why the TCP connections were not made, when options.sockets asked for them and shared
+  // memory was not used; empty otherwise.
+  const std::string& why_not_tcp() const { return why_not_tcp_; }
 
   // A tensor argument of a collective and the host memory that MPI reads and writes for it:
   // the tensor's own for a CPU tensor, a block of the staging area for a CUDA tensor.
@@ -164,6 +167,7 @@ class MpiProcessGroup final : public ProcessGroup {
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
   std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
   std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
+  std::string why_not_tcp_;
   mutable std::mutex mutex_;
   int64_t next_seq_ = 0;                 // collectives issued, under mutex_
   int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_

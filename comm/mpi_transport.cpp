@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/backoff.h"
+#include "comm/detail.h"
 #include "framework/error.h"
 
 namespace ringflow::comm {
@@ -22,13 +23,6 @@ constexpr size_t kMaxMessage = size_t{1} << 30;  // bytes
 size_t pieces(size_t bytes) { return bytes == 0 ? 1 : (bytes + kMaxMessage - 1) / kMaxMessage; }
 int piece_bytes(size_t bytes, size_t k) {
   return static_cast<int>(std::min(kMaxMessage, bytes - std::min(bytes, k * kMaxMessage)));
-}
-
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return std::string(text, len);
 }
 
 void check_count(const MPI_Status& status, int expected, int peer, int rank) {
@@ -49,7 +43,7 @@ void check_count(const MPI_Status& status, int expected, int peer, int rank) {
     if (rf_code_ != MPI_SUCCESS) {                                                       \
       throw std::runtime_error(cat(__FILE__, ":", __LINE__, ": ", #call, " with peer ", \
                                    peer, " failed on rank ", rank_, ": ",               \
-                                   mpi_error_text(rf_code_)));                          \
+                                   detail::mpi_error_text(rf_code_)));                  \
     }                                                                                    \
   } while (0)
 

@@ -56,6 +56,7 @@
 
 #include "comm/allreduce.h"
 #include "comm/backoff.h"
+#include "comm/detail.h"
 #include "framework/error.h"
 
 namespace ringflow::comm {
@@ -114,13 +115,7 @@ size_t pieces(size_t bytes, size_t slot_bytes) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-void check_mpi(int code, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  throw std::runtime_error(cat("ShmTransport::create: ", call, " failed: ", std::string(text, len)));
-}
+void check_mpi(int code, const char* call) { detail::check_mpi(code, "ShmTransport::create", call); }
 
 // Maps `name` (bytes long) read-write, or returns nullptr with *error set.
 unsigned char* map_segment(const char* name, size_t bytes, bool create, std::string* error) {

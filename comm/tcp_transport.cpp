@@ -6,10 +6,13 @@
 // moves only when the receiver polls (UCX's rendezvous handshake and its socket reads), so
 // between polls the link idles: on bench/cluster's 2 hosts at 1 Gbit/s, ddp's ring moved
 // VGG-11's gradients at 80-93 MB/s while backward ran beside it, 119 MB/s (the link) only
-// once the training thread waited and the communication thread spun. Here a waiting rank
-// sleeps in poll() and the kernel wakes it when bytes or buffer space arrive; what the
-// kernel can move without us (socket buffers of megabytes) it moves while we compute.
-// Figures: "TCP transport" in README.md.
+// once the training thread waited and the communication thread spun; at 4 hosts on 2
+// cores, where the ranks' polling leaves the kernel's TCP work too little CPU, our ring
+// over MPI and MPI_Allreduce itself reached half the link rate. Here a waiting rank sleeps
+// in poll() and the kernel wakes it when bytes or buffer space arrive; what the kernel can
+// move without us (socket buffers of megabytes) it moves while we compute. Measured: the
+// same ddp allreduces at the link rate, the 4-host ring at 0.119 GB/s (README, "Emulated
+// cluster").
 //
 // Wire format: each message is an 8-byte length (host order: both ends are the same
 // build) followed by its bytes; the connection between ranks a < b is made by b, which
@@ -17,7 +20,6 @@
 #include "comm/tcp_transport.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -30,9 +32,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
+#include "comm/detail.h"
 #include "framework/error.h"
 
 namespace ringflow::comm {
@@ -40,6 +44,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kHello = 0x52465450;  // "RFTP"
+constexpr int kReasonBytes = 512;        // a failed set-up's reason, as sent to every rank
 
 struct Endpoint {     // what each rank tells the others, through MPI
   uint32_t addr = 0;  // network byte order
@@ -52,7 +57,7 @@ struct Hello {
   uint32_t rank = 0;
 };
 
-std::string errno_text(int e) { return std::strerror(e); }
+void check_mpi(int code, const char* call) { detail::check_mpi(code, "TcpTransport::create", call); }
 
 std::string endpoint_text(uint32_t addr, uint16_t port) {
   char text[INET_ADDRSTRLEN] = {};
@@ -61,15 +66,11 @@ std::string endpoint_text(uint32_t addr, uint16_t port) {
   return cat(text, ":", ntohs(port));
 }
 
-void check_mpi(int code, const char* call) {
-  if (code != MPI_SUCCESS) throw std::runtime_error(cat("TcpTransport::create: ", call, " failed"));
-}
-
 // The IPv4 address of `interface`, or of the first suitable one (TcpTransportOptions).
 bool pick_address(const std::string& interface, in_addr* out, std::string* error) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
-    *error = "getifaddrs: " + errno_text(errno);
+    *error = cat("getifaddrs: ", std::strerror(errno));
     return false;
   }
   auto suitable = [&](const ifaddrs* a) {
@@ -103,31 +104,24 @@ int poll_timeout(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
 }
 
-// Waits for `events` on fd; false once the deadline passes first.
+// Waits for `events` on fd; false once the deadline passes first. A poll() error counts
+// as ready: the call that follows reports it.
 bool wait_for(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
     const int timeout = poll_timeout(deadline);
     const int r = poll(&p, 1, timeout);
-    if (r > 0) return true;
+    if (r > 0 || (r < 0 && errno != EINTR)) return true;
     if (r == 0 && timeout == 0) return false;
-    if (r < 0 && errno != EINTR) return false;
   }
-}
-
-void set_options(int fd) {
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // small messages go at once
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
 // A connection to `to`, greeted with our rank; -1 and *error on failure.
 int connect_to(const Endpoint& to, int peer, int rank, Clock::time_point deadline,
                std::string* error) {
-  const std::string where = cat("rank ", peer, " at ", endpoint_text(to.addr, to.port));
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
-    *error = "socket: " + errno_text(errno);
+    *error = cat("rank ", rank, ": socket: ", std::strerror(errno));
     return -1;
   }
   sockaddr_in sa{};
@@ -139,46 +133,42 @@ int connect_to(const Endpoint& to, int peer, int rank, Clock::time_point deadlin
     err = errno;
     if (err == EINPROGRESS) {
       socklen_t len = sizeof err;
-      err = !wait_for(fd, POLLOUT, deadline)                        ? ETIMEDOUT
+      err = !wait_for(fd, POLLOUT, deadline)                          ? ETIMEDOUT
             : getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ? errno
-                                                                    : err;
+                                                                     : err;
     }
   }
   const Hello hello{kHello, static_cast<uint32_t>(rank)};
   if (err == 0 && send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) err = errno;
   if (err != 0) {
-    *error = cat("rank ", rank, " could not connect to ", where, ": ", errno_text(err));
+    *error = cat("rank ", rank, " could not connect to rank ", peer, " at ",
+                 endpoint_text(to.addr, to.port), ": ", std::strerror(err));
     close(fd);
     return -1;
   }
   return fd;
 }
 
-// Accepts one connection and reads its greeting; -1 and *error on failure.
-int accept_one(int listener, int rank, int* peer, Clock::time_point deadline, std::string* error) {
-  if (!wait_for(listener, POLLIN, deadline)) {
-    *error = cat("rank ", rank, " timed out waiting for the ranks above it to connect");
-    return -1;
-  }
-  const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    *error = cat("rank ", rank, ": accept: ", errno_text(errno));
-    return -1;
-  }
-  Hello hello{};
-  size_t got = 0;
-  while (got < sizeof hello && wait_for(fd, POLLIN, deadline)) {
-    const ssize_t n = recv(fd, reinterpret_cast<char*>(&hello) + got, sizeof hello - got, 0);
-    if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) break;
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  if (got != sizeof hello || hello.magic != kHello) {
-    *error = cat("rank ", rank, ": a connection that did not greet as a rank of this group");
+// Accepts one connection and reads its greeting: the peer's rank, or -1 when the deadline
+// passed first (a connection that does not greet as a rank is dropped and waited past).
+int accept_one(int listener, Clock::time_point deadline, int* fd_out) {
+  while (wait_for(listener, POLLIN, deadline)) {
+    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;  // EAGAIN, ECONNABORTED, EINTR: wait for the next one
+    Hello hello{};
+    size_t got = 0;
+    while (got < sizeof hello && wait_for(fd, POLLIN, deadline)) {
+      const ssize_t n = recv(fd, reinterpret_cast<char*>(&hello) + got, sizeof hello - got, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    if (got == sizeof hello && hello.magic == kHello) {
+      *fd_out = fd;
+      return static_cast<int>(hello.rank);
+    }
     close(fd);
-    return -1;
   }
-  *peer = static_cast<int>(hello.rank);
-  return fd;
+  return -1;
 }
 
 // What is left of a message (its 8-byte header, then its data) after `done` bytes.
@@ -193,8 +183,7 @@ int rest_of_message(size_t done, uint64_t* header, void* data, size_t data_bytes
 
 }  // namespace
 
-std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm,
-                                                   const TcpTransportOptions& options,
+std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm, const TcpTransportOptions& options,
                                                    std::string* why_not) {
   RF_CHECK(comm != MPI_COMM_NULL, "TcpTransport: null communicator");
   int rank = 0, size = 1;
@@ -216,7 +205,7 @@ std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm,
         listen(listener, std::max(size, 16)) != 0 ||
         getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
       reason = cat("rank ", rank, " could not listen on ", endpoint_text(addr.s_addr, 0), ": ",
-                   errno_text(errno));
+                   std::strerror(errno));
     } else {
       mine = {sa.sin_addr.s_addr, sa.sin_port, 1};
     }
@@ -226,44 +215,66 @@ std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm,
   std::vector<Endpoint> all(size);
   check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm),
             "MPI_Allgather");
-  bool ok = std::all_of(all.begin(), all.end(), [](const Endpoint& e) { return e.ok != 0; });
-  if (!ok && reason.empty()) {
-    const auto q = std::find_if(all.begin(), all.end(), [](const Endpoint& e) { return !e.ok; });
-    reason = cat("rank ", q - all.begin(), " could not listen");
+  // A rank that found no interface but loopback cannot be reached from another host.
+  auto loopback = [](const Endpoint& e) { return e.addr == htonl(INADDR_LOOPBACK); };
+  const bool one_address = std::all_of(all.begin(), all.end(),
+                                       [&](const Endpoint& e) { return e.addr == all[0].addr; });
+  const bool stranded = !one_address && std::any_of(all.begin(), all.end(), loopback);
+  bool ok = mine.ok != 0;
+  if (ok && stranded && loopback(mine)) {
+    reason = cat("rank ", rank, " has no network interface that is up but loopback, and the "
+                 "other ranks listen elsewhere (give TcpTransportOptions::interface)");
+    ok = false;
   }
+  // Connect only where every rank listens where the others can reach it.
+  const bool reachable = !stranded && std::all_of(all.begin(), all.end(),
+                                                  [](const Endpoint& e) { return e.ok != 0; });
 
   // Rank b connects to every a < b; connections complete in the listeners' backlogs, so
   // connecting before accepting cannot deadlock.
   std::vector<int> fds(size, -1);
   const auto deadline = Clock::now() + options.setup_timeout;
-  for (int q = 0; q < rank && ok; ++q) {
+  for (int q = 0; q < rank && ok && reachable; ++q) {
     fds[q] = connect_to(all[q], q, rank, deadline, &reason);
     ok = fds[q] >= 0;
   }
-  for (int accepted = 0; accepted < size - 1 - rank && ok; ++accepted) {
-    int peer = -1;
-    const int fd = accept_one(listener, rank, &peer, deadline, &reason);
-    ok = fd >= 0;
-    if (ok && (peer <= rank || peer >= size || fds[peer] >= 0)) {
+  for (int accepted = 0; accepted < size - 1 - rank && ok && reachable; ++accepted) {
+    int fd = -1;
+    const int peer = accept_one(listener, deadline, &fd);
+    if (peer < 0) {
+      std::string missing;
+      for (int q = rank + 1; q < size; ++q) {
+        if (fds[q] < 0) missing += cat(missing.empty() ? "" : ", ", q);
+      }
+      reason = cat("rank ", rank, " timed out waiting for rank(s) ", missing, " to connect to ",
+                   endpoint_text(mine.addr, mine.port));
+      ok = false;
+    } else if (peer <= rank || peer >= size || fds[peer] >= 0) {
       reason = cat("rank ", rank, ": a greeting from rank ", peer, ", not a rank above it");
       close(fd);
       ok = false;
-    } else if (ok) {
+    } else {
       fds[peer] = fd;
     }
   }
   if (listener >= 0) close(listener);
-  int mine_ok = ok ? 1 : 0, everyone_ok = 0;
-  check_mpi(MPI_Allreduce(&mine_ok, &everyone_ok, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  if (!everyone_ok) {
+
+  // Every rank learns whether all succeeded and, if not, the first failing rank's reason.
+  int first_failed = ok ? size : rank;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  if (first_failed < size) {
     for (int fd : fds) {
       if (fd >= 0) close(fd);
     }
-    if (why_not) *why_not = ok ? "another rank could not connect" : reason;
+    char text[kReasonBytes] = {};
+    std::snprintf(text, sizeof text, "%s", reason.c_str());
+    check_mpi(MPI_Bcast(text, kReasonBytes, MPI_CHAR, first_failed, comm), "MPI_Bcast");
+    if (why_not) *why_not = text;
     return nullptr;
   }
-  for (int fd : fds) {
-    if (fd >= 0) set_options(fd);
+  const int one = 1;
+  for (int fd : fds) {  // small messages (latency-bound algorithms) leave at once
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   return std::unique_ptr<TcpTransport>(
       new TcpTransport(rank, size, std::move(fds), endpoint_text(mine.addr, mine.port)));
@@ -291,8 +302,8 @@ void TcpTransport::sendrecv(const void* send_data, size_t send_bytes, int to, vo
   exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, "sendrecv");
 }
 
-// Shutting every connection down tells the peers at once (they read end-of-stream), where
-// they would otherwise wait for their deadlines: the failure spreads in milliseconds.
+// Shutting every connection down tells the peers that read from or write to this rank at
+// once (end of stream), where they would otherwise wait for their deadlines.
 void TcpTransport::fail(const std::string& what) {
   broken_ = what;
   for (int fd : fds_) {
@@ -308,7 +319,7 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
   }
   RF_CHECK(to < size_ && from < size_, "TcpTransport ", call, ": peer ", std::max(to, from),
            " outside a group of ", size_);
-  const std::string where = cat("TcpTransport ", call, " on rank ", rank_);
+  auto where = [&] { return cat("TcpTransport ", call, " on rank ", rank_); };
   // To and from this rank: through to_self_, in order.
   if (to == rank_) {
     const auto* p = static_cast<const unsigned char*>(send_data);
@@ -316,9 +327,9 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     to = -1;
   }
   if (from == rank_) {
-    if (to_self_.empty()) fail(cat(where, ": a receive from itself with nothing sent to itself"));
+    if (to_self_.empty()) fail(cat(where(), ": a receive from itself with nothing sent to itself"));
     if (to_self_.front().size() != recv_bytes) {
-      fail(cat(where, ": expected a message of ", recv_bytes, " bytes from itself, got ",
+      fail(cat(where(), ": expected a message of ", recv_bytes, " bytes from itself, got ",
                to_self_.front().size()));
     }
     std::copy(to_self_.front().begin(), to_self_.front().end(),
@@ -328,26 +339,23 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
   }
 
   // Each message: its 8-byte length, then its bytes (Note [TCP transport]).
-  uint64_t out_header = send_bytes;
-  uint64_t in_header = 0;
+  uint64_t out_header = send_bytes, in_header = 0;
   const size_t out_total = to >= 0 ? sizeof out_header + send_bytes : 0;
   const size_t in_total = from >= 0 ? sizeof in_header + recv_bytes : 0;
   size_t out_done = 0, in_done = 0;
   auto closed_by = [&](int peer, int err) {
     return err == 0 || err == ECONNRESET || err == EPIPE
-               ? cat(where, ": rank ", peer,
-                     " closed its connection (it exited, or failed and "
-                     "gave up on the group)")
-               : cat(where, ": with rank ", peer, ": ", errno_text(err));
+               ? cat(where(), ": rank ", peer,
+                     " closed its connection (it exited, or failed and gave up on the group)")
+               : cat(where(), ": with rank ", peer, ": ", std::strerror(err));
   };
   for (;;) {
     while (out_done < out_total) {
       iovec iov[2];
-      const int n =
-          rest_of_message(out_done, &out_header, const_cast<void*>(send_data), send_bytes, iov);
       msghdr msg{};
       msg.msg_iov = iov;
-      msg.msg_iovlen = n;
+      msg.msg_iovlen = rest_of_message(out_done, &out_header, const_cast<void*>(send_data),
+                                       send_bytes, iov);
       const ssize_t sent = sendmsg(fds_[to], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (sent < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (sent < 0) fail(closed_by(to, errno));
@@ -362,8 +370,8 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       const bool had_header = in_done >= sizeof in_header;
       in_done += static_cast<size_t>(got);
       if (!had_header && in_done >= sizeof in_header && in_header != recv_bytes) {
-        fail(cat(where, ": expected a message of ", recv_bytes, " bytes from rank ", from, ", got ",
-                 in_header, " (the ranks disagree on the collective's size)"));
+        fail(cat(where(), ": expected a message of ", recv_bytes, " bytes from rank ", from,
+                 ", got ", in_header, " (the ranks disagree on the collective's size)"));
       }
     }
     const bool sending = out_done < out_total, receiving = in_done < in_total;
@@ -379,10 +387,13 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     }
     const int timeout = poll_timeout(deadline_);
     if (timeout == 0) {
-      const int waited_for = receiving ? from : to;
-      fail(cat(where, " timed out waiting for rank ", waited_for));
+      fail(cat(where(), " timed out waiting for ",
+               receiving && sending && from != to ? cat("rank ", from, " and rank ", to)
+                                                  : cat("rank ", receiving ? from : to)));
     }
-    if (poll(p, n, timeout) < 0 && errno != EINTR) fail(cat(where, ": poll: ", errno_text(errno)));
+    if (poll(p, n, timeout) < 0 && errno != EINTR) {
+      fail(cat(where(), ": poll: ", std::strerror(errno)));
+    }
   }
 }
 

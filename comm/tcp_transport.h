@@ -3,15 +3,18 @@
 // rank that waits for the network sleeps in poll() until the kernel has bytes or buffer
 // space for it, where MPICH's progress engine (ch4:ucx over TCP) can only poll: on a node
 // whose cores also compute (ddp's overlap) or host several ranks, polling takes the cores
-// that the computation and the kernel's own TCP work need. Why: Note [TCP transport] in
-// tcp_transport.cpp.
+// that the computation and the kernel's own TCP work need. Why and what it gave: Note [TCP
+// transport] in tcp_transport.cpp.
 //
 // Every message carries its length, so a rank that expects another length throws naming
 // both. A peer that exits closes its connections, and one that fails (a deadline, a
-// length) shuts its connections down, so its peers throw naming it at once instead of
-// waiting for their deadlines. After a throw the transport is unusable (a stream stopped
-// part-way through a message): every later call throws. Destroying it is local.
-// Threading: calls from one thread at a time.
+// length) shuts its connections down, so the peers reading from or writing to it throw at
+// once, naming it; the others hear of it as the failure spreads along the algorithm's
+// messages (each naming the neighbour it heard from) or at their deadlines. A host that
+// vanishes without closing anything (power, network) is noticed only at a deadline, as
+// with MPI: without one (Deadline::max()) its peers wait for ever. After a throw the
+// transport is unusable (a stream stopped part-way through a message): every later call
+// throws. Destroying it is local. Threading: calls from one thread at a time.
 #pragma once
 
 #include <mpi.h>
@@ -39,8 +42,9 @@ class TcpTransport final : public Transport {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
 
-  // Collective over comm. nullptr on every rank (and *why_not, when given) when any rank
-  // could not listen or connect; the reason names the rank and the address.
+  // Collective over comm. nullptr on every rank when any rank could not listen or connect,
+  // with the first failing rank's reason in *why_not (when given) on every rank, naming the
+  // rank and the address. Connecting waits at most options.setup_timeout.
   static std::unique_ptr<TcpTransport> create(MPI_Comm comm,
                                               const TcpTransportOptions& options = {},
                                               std::string* why_not = nullptr);

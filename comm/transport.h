@@ -2,7 +2,7 @@
 // algorithms of comm/ (naive, tree, recursive doubling, ring) need. Blocking calls; an
 // implementation must not deadlock on sendrecv with any peer, including itself.
 // Implementations: MpiTransport (any MPI communicator), ShmTransport (ranks of one node,
-// through shared memory).
+// through shared memory), TcpTransport (ranks on any nodes, through sockets of its own).
 #pragma once
 
 #include <cstddef>

@@ -447,7 +447,10 @@ TEST_CASE("MpiTransport past its deadline throws naming the peer that did not se
 // checked), so the same cases. fresh<T>() makes one of its own (collective).
 template <class T>
 std::unique_ptr<T> fresh() {
-  return T::create(dup_world());
+  MPI_Comm comm = dup_world();
+  std::unique_ptr<T> t = T::create(comm);
+  MPI_Comm_free(&comm);  // neither transport keeps it
+  return t;
 }
 
 // The shared one to run messages through: for ShmTransport the tiny-slot one (a channel
@@ -465,9 +468,11 @@ TEST_CASE_TEMPLATE("sendrecv with itself and with a neighbour, messages longer t
                    ShmTransport, TcpTransport) {
   T& t = shared_transport<T>();
   const int rank = t.rank(), n = t.size();
-  // 9 MB: longer than a TCP connection's socket buffers, so sends and receives go in parts.
-  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{4099},
-                       size_t{9} << 20}) {
+  std::vector<size_t> sizes = {0, 1, 63, 64, 1000, 4099};
+  // Over TCP also messages longer than a connection's socket buffers (at most 4 MB out and
+  // 6 MB in by Linux's defaults), so that both ends must send and receive at once.
+  if constexpr (std::is_same_v<T, TcpTransport>) sizes.push_back(size_t{32} << 20);
+  for (size_t bytes : sizes) {
     CAPTURE(bytes);
     std::vector<unsigned char> out(bytes + 1), in(bytes + 1, 0xee);
     for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(rank * 31 + i);
@@ -549,9 +554,31 @@ TEST_CASE("TcpTransport: a peer that goes away is named at once, long before any
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("TcpTransport: a rank that fails shuts its connections, so its peers fail at once") {
+  if (transport().size() < 2) return;
+  auto t = fresh<TcpTransport>();
+  REQUIRE(t);
+  char data[16] = {};
+  if (t->rank() == 0) {  // waits for rank 1, which never sends, and gives up
+    t->set_deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    check_recv_times_out(*t, data, sizeof data);
+  }
+  if (t->rank() == 1) {  // waits for rank 0 far longer than rank 0 waits for it
+    t->set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(t->recv(data, sizeof data, /*peer=*/0),
+                         doctest::Contains("rank 0 closed its connection"), std::runtime_error);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("TcpTransport: an interface that does not exist is named on every rank") {
+  MPI_Comm comm = dup_world();
   std::string why_not;
-  auto t = TcpTransport::create(dup_world(), {.interface = "no-such-if0"}, &why_not);
+  auto t = TcpTransport::create(comm, {.interface = "no-such-if0"}, &why_not);
+  MPI_Comm_free(&comm);
   CHECK(t == nullptr);
-  CHECK(why_not.find("no-such-if0") != std::string::npos);
+  CHECK_MESSAGE(why_not.find("rank 0: no network interface 'no-such-if0'") != std::string::npos,
+                why_not);
 }
