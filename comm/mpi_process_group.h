@@ -3,10 +3,11 @@
 // Threading: every collective runs on one communication thread per group, in issue order,
 // so the caller keeps computing (the DDP reducer overlaps backward with communication
 // through this). The group owns three duplicates of the parent communicator: one for
-// MPI's own collectives and send/recv, one for our allreduce algorithms (MpiTransport),
-// one for checking-mode fingerprints, so their messages never match each other's. When
-// every rank is on this node, our algorithms talk through shared memory instead
-// (ShmTransport, made at construction; see MpiProcessGroupOptions::shared_memory).
+// MPI's own collectives and send/recv, one for our allreduce algorithms, one for
+// checking-mode fingerprints, so their messages never match each other's. Our algorithms
+// talk through shared memory when every rank is on this node (ShmTransport), else through
+// TCP connections of their own (TcpTransport), both made at construction, else through MPI
+// point to point (MpiTransport); see MpiProcessGroupOptions.
 //
 // MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
 // group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
@@ -28,8 +29,8 @@
 // elements per call (MPI's int count); more throws std::invalid_argument at the call.
 // ReduceOp::avg is a sum divided once by size() at the end (integers truncate).
 //
-// Traffic (Work::traffic): our allreduce algorithms report the bytes their MpiTransport
-// moved (measured); MPI's own collectives report the models of comm/traffic.h, with 16-bit
+// Traffic (Work::traffic): our allreduce algorithms report the bytes their transport moved
+// (measured, payload only); MPI's own collectives report the models of comm/traffic.h, with 16-bit
 // reductions counted at the f32 width they travel at.
 #pragma once
 
