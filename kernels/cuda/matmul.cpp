@@ -39,16 +39,22 @@ void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
   }
 }
 
+// A row-major view of x's shape over a new `buffer`, not filled.
+View row_major_like(const View& x, std::optional<DeviceBuffer>& buffer) {
+  View v = x;
+  v.strides = {x.shape[1] * x.shape[2], x.shape[2], 1};
+  v.storage_id = nullptr;
+  buffer.emplace(static_cast<size_t>(x.numel()) * dtype_size(x.dtype));
+  v.data = buffer->data();
+  return v;
+}
+
 // A contiguous copy of x in `buffer` (one batch entry when x broadcasts over the batch).
 View contiguous(const View& x, std::optional<DeviceBuffer>& buffer) {
   const bool broadcast = x.shape[0] > 1 && x.strides[0] == 0;
   View src = x;
   if (broadcast) src.shape[0] = 1;
-  View dst = src;
-  dst.strides = {src.shape[1] * src.shape[2], src.shape[2], 1};
-  dst.storage_id = nullptr;
-  buffer.emplace(static_cast<size_t>(src.numel()) * dtype_size(x.dtype));
-  dst.data = buffer->data();
+  View dst = row_major_like(src, buffer);
   copy(dst, src);
   if (broadcast) {
     dst.shape[0] = x.shape[0];
@@ -83,11 +89,7 @@ void matmul(const View& out, const View& a, const View& b) {
   const View ac = gemm_operand(a) ? a : contiguous(a, a_copy);
   const View bc = gemm_operand(b) ? b : contiguous(b, b_copy);
   if (const auto plan = plan_gemm(out, ac, bc)) return run(*plan, out, ac, bc);
-  View temp = out;  // out is not row-major
-  temp.strides = {out.shape[1] * out.shape[2], out.shape[2], 1};
-  temp.storage_id = nullptr;
-  out_temp.emplace(static_cast<size_t>(out.numel()) * dtype_size(out.dtype));
-  temp.data = out_temp->data();
+  const View temp = row_major_like(out, out_temp);  // out is not row-major
   run(*plan_gemm(temp, ac, bc), temp, ac, bc);
   copy(out, temp);
 }
