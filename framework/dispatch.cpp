@@ -2,7 +2,7 @@
 
 namespace ringflow {
 namespace {
-thread_local bool use_reference = false;
+thread_local const Backend* cpu_override = nullptr;
 
 const Backend& cuda_table(Device device) {
   const Backend* cuda = cuda_backend();
@@ -18,11 +18,13 @@ const Backend& device_backend(Device device) {
 }
 
 const Backend& kernel_backend(Device device) {
-  if (device.is_cpu()) return use_reference ? reference_backend() : cpu_backend();
+  if (device.is_cpu()) return cpu_override ? *cpu_override : cpu_backend();
   return cuda_table(device);
 }
 
-ReferenceKernelsGuard::ReferenceKernelsGuard() : previous_(use_reference) { use_reference = true; }
-ReferenceKernelsGuard::~ReferenceKernelsGuard() { use_reference = previous_; }
+KernelTableGuard::KernelTableGuard(const Backend& table) : previous_(cpu_override) {
+  cpu_override = &table;
+}
+KernelTableGuard::~KernelTableGuard() { cpu_override = previous_; }
 
 }  // namespace ringflow

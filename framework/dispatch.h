@@ -1,6 +1,5 @@
 // The one place that maps a device to a kernel table (kernels/backend.h).
-// CPU tensors run on the oneDNN table unless a ReferenceKernelsGuard is alive on this
-// thread: tests use it to run the same op on the naive reference kernels.
+// CPU tensors run on the oneDNN table unless a KernelTableGuard is alive on this thread.
 #pragma once
 
 #include "framework/error.h"
@@ -14,15 +13,23 @@ const Backend& device_backend(Device device);
 // The table whose kernels run ops on the device now.
 const Backend& kernel_backend(Device device);
 
-class ReferenceKernelsGuard {
+// While alive, CPU tensors on this thread run on `table` (a table over host memory): tests
+// run the same op on the naive reference kernels, or on the CUDA backend's own kernels run
+// on the host (simt_host_backend), and compare.
+class KernelTableGuard {
  public:
-  ReferenceKernelsGuard();
-  ~ReferenceKernelsGuard();
-  ReferenceKernelsGuard(const ReferenceKernelsGuard&) = delete;
-  ReferenceKernelsGuard& operator=(const ReferenceKernelsGuard&) = delete;
+  explicit KernelTableGuard(const Backend& table);
+  ~KernelTableGuard();
+  KernelTableGuard(const KernelTableGuard&) = delete;
+  KernelTableGuard& operator=(const KernelTableGuard&) = delete;
 
  private:
-  bool previous_;
+  const Backend* previous_;
+};
+
+class ReferenceKernelsGuard : public KernelTableGuard {
+ public:
+  ReferenceKernelsGuard() : KernelTableGuard(reference_backend()) {}
 };
 
 // The kernel `entry` of the table for `device`; throws naming the op and the device

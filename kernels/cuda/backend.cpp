@@ -1,6 +1,5 @@
-// The CUDA backend table. For now it holds memory (the caching allocator, allocator.cpp),
-// copy, fill and matmul (cuBLAS); every other entry is null, so dispatch throws "op X not
-// implemented on cuda". Streams: Note [CUDA streams] in cuda_kernels.h.
+// The CUDA backend table: memory (the caching allocator, allocator.cpp), the own kernels of
+// kernels/simt/ (simt_*.cu), matmul on cuBLAS. Streams: Note [CUDA streams] in cuda_kernels.h.
 #include "kernels/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -28,8 +27,12 @@ const Backend* cuda_backend() {
     b.name = "cuda";
     b.allocate = cuda::allocate;
     b.deallocate = cuda::deallocate;
-    b.copy = cuda::copy;
-    b.fill = cuda::fill;
+    cuda::set_elementwise_kernels(b);
+    cuda::set_reduce_kernels(b);
+    cuda::set_softmax_kernels(b);
+    cuda::set_index_kernels(b);
+    cuda::set_pool_kernels(b);
+    cuda::set_batch_norm_kernels(b);
     b.matmul = cuda::matmul;
     return b;
   }();

@@ -11,15 +11,21 @@
 
 #include <cstddef>
 
+#include "kernels/backend.h"
 #include "kernels/view.h"
 
 namespace ringflow::cuda {
 
-// copy.cu: dst = src elementwise on the current device, converting dtype; same shapes,
-// any strides (0 broadcasts in src). Conversions match the reference backend: integer to
-// integer through int64, anything else through double (f16/bf16 rounded via float).
+// simt_*.cu: the kernels of kernels/simt/ (elementwise, reductions, softmax, gather and
+// scatter_add, pooling, batch norm) put into a table, run by DeviceExec. copy and fill also
+// serve the rest of the backend (staging, temporaries).
+void set_elementwise_kernels(Backend& b);
+void set_reduce_kernels(Backend& b);
+void set_softmax_kernels(Backend& b);
+void set_index_kernels(Backend& b);
+void set_pool_kernels(Backend& b);
+void set_batch_norm_kernels(Backend& b);
 void copy(const View& dst, const View& src);
-// dst[i] = value converted to dst's dtype, any strides.
 void fill(const View& dst, double value);
 
 // matmul.cpp: out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32 and f64, any

@@ -1,20 +1,20 @@
-// Strided indexing for elementwise CUDA kernels over N operands of one shape.
-// The host builds an Indexer: dims of size 1 are dropped, the rest ordered by operand 0's
-// strides (largest first, so a permuted but dense output is walked in memory order) and
-// adjacent dims merged wherever every operand allows; a contiguous copy becomes 1-D.
-// The device maps a linear index to one element offset per operand.
+// Strided indexing for kernels over N operands of one shape: a linear index in, one element
+// offset per operand out. Built on the host: dims of size 1 are dropped, the rest ordered by
+// operand 0's strides (largest first, so a permuted but dense operand 0 is walked in memory
+// order) and adjacent dims merged wherever every operand allows; a contiguous copy is 1-D.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "kernels/simt/simt.h"
 #include "kernels/view.h"
 
-namespace ringflow::cuda {
+namespace ringflow::simt {
 
 constexpr int kMaxDims = 8;
 
@@ -25,7 +25,7 @@ struct Indexer {
   int64_t sizes[kMaxDims] = {};
   int64_t strides[N][kMaxDims] = {};  // elements
 
-  __device__ void offsets(int64_t linear, int64_t (&off)[N]) const {
+  RF_HD void offsets(int64_t linear, int64_t (&off)[N]) const {
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       const int64_t i = linear % sizes[d];
@@ -35,16 +35,20 @@ struct Indexer {
   }
 };
 
-// views[k]->shape must all equal views[0]->shape (checked by the caller).
+// views[k]->shape must all equal views[0]->shape (checked by the caller). With
+// keep_order the dims stay in row-major order (merged where possible), so that the linear
+// index counts positions in that order (argmax needs it).
 template <int N>
-Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op) {
+Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op,
+                        bool keep_order = false) {
   const Shape& shape = views[0]->shape;
   std::vector<int> dims;
   for (int d = 0; d < static_cast<int>(shape.size()); ++d)
     if (shape[d] != 1) dims.push_back(d);
-  std::stable_sort(dims.begin(), dims.end(), [&](int a, int b) {
-    return views[0]->strides[a] > views[0]->strides[b];
-  });
+  if (!keep_order)
+    std::stable_sort(dims.begin(), dims.end(), [&](int a, int b) {
+      return views[0]->strides[a] > views[0]->strides[b];
+    });
 
   // Merge dims[j] into the previous kept dim when, for every operand,
   // stride(prev) == stride(dims[j]) * size(dims[j]).
@@ -76,11 +80,4 @@ Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op)
   return ix;
 }
 
-// Grid for a grid-stride loop over n elements.
-constexpr int kBlock = 256;
-inline unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(std::min<int64_t>(blocks, 65536));
-}
-
-}  // namespace ringflow::cuda
+}  // namespace ringflow::simt

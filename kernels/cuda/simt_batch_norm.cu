@@ -1,0 +1,10 @@
+// The SIMT batch norm kernels (kernels/simt/batch_norm.h) instantiated for the GPU.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_exec.cuh"
+#include "kernels/simt/batch_norm.h"
+
+namespace ringflow::cuda {
+
+void set_batch_norm_kernels(Backend& b) { simt::set_batch_norm_kernels<simt::DeviceExec>(b); }
+
+}  // namespace ringflow::cuda

@@ -1,0 +1,13 @@
+// The SIMT elementwise kernels (kernels/simt/elementwise.h) instantiated for the GPU.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_exec.cuh"
+#include "kernels/simt/elementwise.h"
+
+namespace ringflow::cuda {
+
+void set_elementwise_kernels(Backend& b) { simt::set_elementwise_kernels<simt::DeviceExec>(b); }
+
+void copy(const View& dst, const View& src) { simt::copy(simt::DeviceExec{}, dst, src); }
+void fill(const View& dst, double value) { simt::fill(simt::DeviceExec{}, dst, value); }
+
+}  // namespace ringflow::cuda

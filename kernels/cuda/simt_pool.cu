@@ -1,0 +1,10 @@
+// The SIMT pool kernels (kernels/simt/pool.h) instantiated for the GPU.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_exec.cuh"
+#include "kernels/simt/pool.h"
+
+namespace ringflow::cuda {
+
+void set_pool_kernels(Backend& b) { simt::set_pool_kernels<simt::DeviceExec>(b); }
+
+}  // namespace ringflow::cuda

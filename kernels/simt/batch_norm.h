@@ -1,0 +1,233 @@
+// Batch normalization per channel (dim 1) of a 4-D x (N, C, H, W) or a 2-D x (N, C). Training
+// and backward run one block per channel (two-pass statistics: mean, then the biased variance
+// of the deviations); eval is elementwise. Statistics and sums in float (double for f64);
+// gamma, beta, mean and var may be of any floating dtype (f32 with 16-bit activations).
+#pragma once
+
+#include "kernels/backend.h"
+#include "kernels/simt/check.h"
+#include "kernels/simt/simt.h"
+
+namespace ringflow::simt {
+
+// A per-channel vector of any floating dtype (null: absent).
+struct ChannelVector {
+  void* p = nullptr;
+  DType dtype = DType::f32;
+  int64_t stride = 1;
+
+  RF_HD double get(int64_t c, double if_null) const {
+    if (!p) return if_null;
+    const int64_t i = c * stride;
+    switch (dtype) {
+      case DType::f64: return static_cast<const double*>(p)[i];
+      case DType::f16: return load(static_cast<const Half*>(p)[i]);
+      case DType::bf16: return load(static_cast<const BFloat16*>(p)[i]);
+      default: return static_cast<const float*>(p)[i];
+    }
+  }
+  RF_HD void set(int64_t c, double v) const {
+    const int64_t i = c * stride;
+    switch (dtype) {
+      case DType::f64: static_cast<double*>(p)[i] = v; return;
+      case DType::f16: static_cast<Half*>(p)[i] = store<Half>(v); return;
+      case DType::bf16: static_cast<BFloat16*>(p)[i] = store<BFloat16>(v); return;
+      default: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    }
+  }
+};
+
+// The elements of one channel: k in [0, N * H * W) -> offset, for an operand's strides.
+struct ChannelWalk {
+  int64_t H, W;            // 1, 1 for a 2-D x
+  int64_t sn, sc, sh, sw;  // strides (sh, sw 0 for a 2-D x)
+  RF_HD int64_t offset(int64_t c, int64_t k) const {
+    const int64_t w = k % W, h = (k / W) % H, n = k / (W * H);
+    return n * sn + c * sc + h * sh + w * sw;
+  }
+};
+
+inline ChannelWalk channel_walk(const View& v) {
+  if (v.dim() == 2) return {1, 1, v.strides[0], v.strides[1], 0, 0};
+  return {v.shape[2], v.shape[3], v.strides[0], v.strides[1], v.strides[2], v.strides[3]};
+}
+
+template <class T>
+struct BatchNormTrainBody {
+  T* y;
+  const T* x;
+  ChannelWalk wy, wx;
+  ChannelVector mean, var, gamma, beta;
+  int64_t count;  // elements per channel
+  double eps;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t c) const {
+    using A = acc_t<T>;
+    const auto xa = [&](int64_t k) { return load(x[wx.offset(c, k)]); };
+    const auto plus = [](A a, A b) { return a + b; };
+    const A mu = block.reduce(count, A(0), xa, plus) / static_cast<A>(count);
+    const A v = block.reduce(count, A(0), [&](int64_t k) {
+      const A d = xa(k) - mu;
+      return d * d;
+    }, plus) / static_cast<A>(count);
+    const A invstd = A(1) / simt::sqrt(v + static_cast<A>(eps));
+    const A g = static_cast<A>(gamma.get(c, 1.0)), b = static_cast<A>(beta.get(c, 0.0));
+    block.for_each(1, [&](int64_t) {
+      mean.set(c, mu);
+      var.set(c, v);
+    });
+    block.for_each(count, [&](int64_t k) { y[wy.offset(c, k)] = store<T>((xa(k) - mu) * invstd * g + b); });
+  }
+};
+
+template <class T>
+struct BatchNormEvalBody {
+  T* y;
+  const T* x;
+  ChannelWalk wy, wx;
+  int64_t C, per_channel;  // elements per channel
+  ChannelVector mean, var, gamma, beta;
+  double eps;
+
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = (i / per_channel) % C, k = (i / (per_channel * C)) * per_channel + i % per_channel;
+    const A invstd = A(1) / simt::sqrt(static_cast<A>(var.get(c, 1.0)) + static_cast<A>(eps));
+    const A xhat = (load(x[wx.offset(c, k)]) - static_cast<A>(mean.get(c, 0.0))) * invstd;
+    y[wy.offset(c, k)] =
+        store<T>(xhat * static_cast<A>(gamma.get(c, 1.0)) + static_cast<A>(beta.get(c, 0.0)));
+  }
+};
+
+template <class T>
+struct BatchNormBackwardBody {
+  T* dx;
+  const T* dy;
+  const T* x;
+  ChannelWalk wdx, wdy, wx;
+  ChannelVector mean, var, gamma, dgamma, dbeta;
+  int64_t count;
+  double eps;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t c) const {
+    using A = acc_t<T>;
+    const A mu = static_cast<A>(mean.get(c, 0.0));
+    const A invstd = A(1) / simt::sqrt(static_cast<A>(var.get(c, 1.0)) + static_cast<A>(eps));
+    const auto g = [&](int64_t k) { return load(dy[wdy.offset(c, k)]); };
+    const auto xhat = [&](int64_t k) { return (load(x[wx.offset(c, k)]) - mu) * invstd; };
+    const auto plus = [](A a, A b) { return a + b; };
+    const A sum_dy = block.reduce(count, A(0), g, plus);
+    const A sum_dy_xhat = block.reduce(count, A(0), [&](int64_t k) { return g(k) * xhat(k); }, plus);
+    block.for_each(1, [&](int64_t) {
+      if (dgamma.p) dgamma.set(c, sum_dy_xhat);
+      if (dbeta.p) dbeta.set(c, sum_dy);
+    });
+    const A scale = static_cast<A>(gamma.get(c, 1.0)) * invstd, n = static_cast<A>(count);
+    block.for_each(count, [&](int64_t k) {
+      dx[wdx.offset(c, k)] = store<T>(scale * (g(k) - sum_dy / n - xhat(k) * sum_dy_xhat / n));
+    });
+  }
+};
+
+inline int64_t bn_channels(const View& x, const char* op) {
+  check(x.dim() == 2 || x.dim() == 4, op, "x must be (N, C) or (N, C, H, W), got " +
+                                              shape_str(x.shape));
+  check_floating(x, op);
+  return x.shape[1];
+}
+
+inline ChannelVector channel_vector(const View* v, int64_t C, const char* op, const char* what) {
+  if (!v) return {};
+  check(v->dim() == 1 && v->shape[0] == C, op,
+        std::string(what) + " must be (" + std::to_string(C) + "), got " + shape_str(v->shape));
+  check_floating(*v, op);
+  return {v->data, v->dtype, v->strides[0]};
+}
+
+template <class Fn>
+void visit_bn_dtype(DType dtype, Fn&& fn) {
+  visit_dtype(dtype, [&](auto tag) {
+    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
+  });
+}
+
+template <class Exec>
+void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
+                              const View& var, const View& x, const View* gamma,
+                              const View* beta, double eps) {
+  const char* op = "batch_norm_forward_train";
+  const int64_t C = bn_channels(x, op);
+  check_same_shape(y, x, op);
+  check_same_dtype(y, x, op);
+  const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
+  const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
+  const int64_t count = C == 0 ? 0 : x.numel() / C;
+  visit_bn_dtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.rows(C, BatchNormTrainBody<T>{y.ptr<T>(), x.ptr<const T>(), channel_walk(y),
+                                       channel_walk(x), m, v, g, b, count, eps});
+  });
+}
+
+template <class Exec>
+void batch_norm_forward_eval(const Exec& exec, const View& y, const View& x, const View& mean,
+                             const View& var, const View* gamma, const View* beta, double eps) {
+  const char* op = "batch_norm_forward_eval";
+  const int64_t C = bn_channels(x, op);
+  check_same_shape(y, x, op);
+  check_same_dtype(y, x, op);
+  const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
+  const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
+  const int64_t per_channel = x.dim() == 4 ? x.shape[2] * x.shape[3] : 1;
+  visit_bn_dtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(x.numel(), BatchNormEvalBody<T>{y.ptr<T>(), x.ptr<const T>(), channel_walk(y),
+                                                     channel_walk(x), C, per_channel, m, v, g, b,
+                                                     eps});
+  });
+}
+
+template <class Exec>
+void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, const View* dbeta,
+                         const View& dy, const View& x, const View& mean, const View& var,
+                         const View* gamma, double eps) {
+  const char* op = "batch_norm_backward";
+  const int64_t C = bn_channels(x, op);
+  check_same_shape(dx, x, op);
+  check_same_shape(dy, x, op);
+  check_same_dtype(dx, x, op);
+  check_same_dtype(dy, x, op);
+  const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
+  const ChannelVector g = channel_vector(gamma, C, op, "gamma");
+  const ChannelVector dg = channel_vector(dgamma, C, op, "dgamma"), db = channel_vector(dbeta, C, op, "dbeta");
+  const int64_t count = C == 0 ? 0 : x.numel() / C;
+  visit_bn_dtype(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.rows(C, BatchNormBackwardBody<T>{dx.ptr<T>(), dy.ptr<const T>(), x.ptr<const T>(),
+                                          channel_walk(dx), channel_walk(dy), channel_walk(x),
+                                          m, v, g, dg, db, count, eps});
+  });
+}
+
+template <class Exec>
+void set_batch_norm_kernels(Backend& b) {
+  b.batch_norm_forward_train = [](const View& y, const View& mean, const View& var,
+                                  const View& x, const View* gamma, const View* beta,
+                                  double eps) {
+    batch_norm_forward_train(Exec{}, y, mean, var, x, gamma, beta, eps);
+  };
+  b.batch_norm_forward_eval = [](const View& y, const View& x, const View& mean,
+                                 const View& var, const View* gamma, const View* beta,
+                                 double eps) {
+    batch_norm_forward_eval(Exec{}, y, x, mean, var, gamma, beta, eps);
+  };
+  b.batch_norm_backward = [](const View& dx, const View* dgamma, const View* dbeta,
+                             const View& dy, const View& x, const View& mean, const View& var,
+                             const View* gamma, double eps) {
+    batch_norm_backward(Exec{}, dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+  };
+}
+
+}  // namespace ringflow::simt

@@ -1,0 +1,336 @@
+// Max, average and adaptive-average 2-D pooling: forward one thread per output, backward one
+// thread per input cell summing over the windows that hold it (no atomics, deterministic).
+// Max pooling's backward recomputes each window's argmax from x, so forward keeps no
+// workspace. Window rules (clipping, divisors, ties, NaN) as kernels/reference/pool.cpp.
+#pragma once
+
+#include "kernels/backend.h"
+#include "kernels/reference/reference_kernels.h"
+#include "kernels/simt/check.h"
+#include "kernels/simt/simt.h"
+
+namespace ringflow::simt {
+
+// A 4-D operand: base pointer and (N, C, H, W) strides, in elements.
+template <class T>
+struct Nchw {
+  T* p;
+  int64_t sn, sc, sh, sw;
+  RF_HD T& at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return p[n * sn + c * sc + h * sh + w * sw];
+  }
+};
+template <class T>
+Nchw<T> nchw(const View& v) {
+  return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2], v.strides[3]};
+}
+
+struct PoolGeometry {
+  int64_t N, C, H, W, P, Q;
+  int64_t kh, kw, sh, sw, ph, pw;
+  bool count_include_pad;
+
+  RF_HD static int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+  RF_HD static int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+  // The input cell max pooling selects in window (oh, ow): the first maximum in row-major
+  // order, or the last NaN; a window of all -inf selects its first cell.
+  template <class T>
+  RF_HD void argmax_cell(const Nchw<const T>& x, int64_t n, int64_t c, int64_t oh, int64_t ow,
+                         int64_t& bh, int64_t& bw) const {
+    using A = acc_t<T>;
+    const int64_t h0 = max(oh * sh - ph, 0), w0 = max(ow * sw - pw, 0);
+    const int64_t h1 = min(oh * sh - ph + kh, H), w1 = min(ow * sw - pw + kw, W);
+    bh = h0;
+    bw = w0;
+    A best = lowest<A>();
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) {
+        const A v = load(x.at(n, c, ih, iw));
+        if (v > best || isnan(v)) {
+          best = v;
+          bh = ih;
+          bw = iw;
+        }
+      }
+  }
+
+  // Average window of output (oh, ow) clipped to the input, and its divisor (Note in
+  // kernels/reference/pool.cpp: padding counts with count_include_pad, ceil overhang never).
+  RF_HD void avg_window(int64_t oh, int64_t ow, int64_t& h0, int64_t& h1, int64_t& w0,
+                        int64_t& w1, int64_t& divisor) const {
+    h0 = oh * sh - ph;
+    w0 = ow * sw - pw;
+    h1 = min(h0 + kh, H + ph);
+    w1 = min(w0 + kw, W + pw);
+    const int64_t padded = (h1 - h0) * (w1 - w0);
+    h0 = max(h0, 0);
+    w0 = max(w0, 0);
+    h1 = min(h1, H);
+    w1 = min(w1, W);
+    divisor = count_include_pad ? padded : (h1 - h0) * (w1 - w0);
+  }
+
+  // Outputs along one axis whose (unclipped) window [o * s - pad, o * s - pad + k) holds i.
+  RF_HD static void windows_holding(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t out,
+                                    int64_t& lo, int64_t& hi) {
+    lo = i + pad < k ? 0 : (i + pad - k) / s + 1;
+    hi = min(out - 1, (i + pad) / s);
+  }
+};
+
+// PyTorch's adaptive bin [start, end) of output i of `out` over an input of `in`.
+RF_HD inline int64_t bin_start(int64_t i, int64_t out, int64_t in) { return (i * in) / out; }
+RF_HD inline int64_t bin_end(int64_t i, int64_t out, int64_t in) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+// Linear index over (N, C, H, W) sizes -> its coordinates.
+RF_HD inline void unravel4(int64_t i, int64_t C, int64_t H, int64_t W, int64_t& n, int64_t& c,
+                           int64_t& h, int64_t& w) {
+  w = i % W;
+  i /= W;
+  h = i % H;
+  i /= H;
+  c = i % C;
+  n = i / C;
+}
+
+template <class T>
+struct MaxPoolForwardBody {
+  Nchw<T> y;
+  Nchw<const T> x;
+  PoolGeometry g;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, oh, ow, bh, bw;
+    unravel4(i, g.C, g.P, g.Q, n, c, oh, ow);
+    g.argmax_cell(x, n, c, oh, ow, bh, bw);
+    y.at(n, c, oh, ow) = x.at(n, c, bh, bw);
+  }
+};
+
+template <class T>
+struct MaxPoolBackwardBody {
+  Nchw<T> dx;
+  Nchw<const T> dy, x;
+  PoolGeometry g;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, ih, iw, oh0, oh1, ow0, ow1;
+    unravel4(i, g.C, g.H, g.W, n, c, ih, iw);
+    PoolGeometry::windows_holding(ih, g.kh, g.sh, g.ph, g.P, oh0, oh1);
+    PoolGeometry::windows_holding(iw, g.kw, g.sw, g.pw, g.Q, ow0, ow1);
+    acc_t<T> sum = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t bh, bw;
+        g.argmax_cell(x, n, c, oh, ow, bh, bw);
+        if (bh == ih && bw == iw) sum += load(dy.at(n, c, oh, ow));
+      }
+    dx.at(n, c, ih, iw) = store<T>(sum);
+  }
+};
+
+template <class T>
+struct AvgPoolForwardBody {
+  Nchw<T> y;
+  Nchw<const T> x;
+  PoolGeometry g;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, oh, ow, h0, h1, w0, w1, divisor;
+    unravel4(i, g.C, g.P, g.Q, n, c, oh, ow);
+    g.avg_window(oh, ow, h0, h1, w0, w1, divisor);
+    acc_t<T> sum = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) sum += load(x.at(n, c, ih, iw));
+    y.at(n, c, oh, ow) = store<T>(sum / static_cast<acc_t<T>>(divisor));
+  }
+};
+
+template <class T>
+struct AvgPoolBackwardBody {
+  Nchw<T> dx;
+  Nchw<const T> dy;
+  PoolGeometry g;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, ih, iw, oh0, oh1, ow0, ow1;
+    unravel4(i, g.C, g.H, g.W, n, c, ih, iw);
+    PoolGeometry::windows_holding(ih, g.kh, g.sh, g.ph, g.P, oh0, oh1);
+    PoolGeometry::windows_holding(iw, g.kw, g.sw, g.pw, g.Q, ow0, ow1);
+    acc_t<T> sum = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t h0, h1, w0, w1, divisor;
+        g.avg_window(oh, ow, h0, h1, w0, w1, divisor);
+        if (ih >= h0 && ih < h1 && iw >= w0 && iw < w1)
+          sum += load(dy.at(n, c, oh, ow)) / static_cast<acc_t<T>>(divisor);
+      }
+    dx.at(n, c, ih, iw) = store<T>(sum);
+  }
+};
+
+template <class T>
+struct AdaptiveAvgForwardBody {
+  Nchw<T> y;
+  Nchw<const T> x;
+  int64_t C, H, W, P, Q;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, oh, ow;
+    unravel4(i, C, P, Q, n, c, oh, ow);
+    const int64_t h0 = bin_start(oh, P, H), h1 = bin_end(oh, P, H);
+    const int64_t w0 = bin_start(ow, Q, W), w1 = bin_end(ow, Q, W);
+    acc_t<T> sum = 0;
+    for (int64_t ih = h0; ih < h1; ++ih)
+      for (int64_t iw = w0; iw < w1; ++iw) sum += load(x.at(n, c, ih, iw));
+    y.at(n, c, oh, ow) = store<T>(sum / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0)));
+  }
+};
+
+template <class T>
+struct AdaptiveAvgBackwardBody {
+  Nchw<T> dx;
+  Nchw<const T> dy;
+  int64_t C, H, W, P, Q;
+  RF_HD void operator()(int64_t i) const {
+    int64_t n, c, ih, iw;
+    unravel4(i, C, H, W, n, c, ih, iw);
+    // Bins holding ih: start(o) <= ih < end(o).
+    const int64_t oh0 = (ih * P) / H, oh1 = PoolGeometry::min(P - 1, ((ih + 1) * P - 1) / H);
+    const int64_t ow0 = (iw * Q) / W, ow1 = PoolGeometry::min(Q - 1, ((iw + 1) * Q - 1) / W);
+    acc_t<T> sum = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        const int64_t h0 = bin_start(oh, P, H), h1 = bin_end(oh, P, H);
+        const int64_t w0 = bin_start(ow, Q, W), w1 = bin_end(ow, Q, W);
+        if (ih >= h0 && ih < h1 && iw >= w0 && iw < w1)
+          sum += load(dy.at(n, c, oh, ow)) / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0));
+      }
+    dx.at(n, c, ih, iw) = store<T>(sum);
+  }
+};
+
+// Checks x against y and p (as the reference does) and returns the geometry.
+inline PoolGeometry pool_geometry(const View& x, const View& y, const Pool2dParams& p,
+                                  const char* op) {
+  check_rank(x, 4, op);
+  check_rank(y, 4, op);
+  check_floating(x, op);
+  check_same_dtype(x, y, op);
+  check(p.kernel_h > 0 && p.kernel_w > 0 && p.stride_h > 0 && p.stride_w > 0, op,
+        "kernel and stride must be positive");
+  check(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w,
+        op, "pad should be at most half of the kernel size (PyTorch's rule)");
+  const int64_t P = reference::pool_output_size(x.shape[2], p.kernel_h, p.pad_h, p.stride_h, p.ceil_mode);
+  const int64_t Q = reference::pool_output_size(x.shape[3], p.kernel_w, p.pad_w, p.stride_w, p.ceil_mode);
+  check(y.shape[0] == x.shape[0] && y.shape[1] == x.shape[1] && y.shape[2] == P &&
+            y.shape[3] == Q,
+        op, "y " + shape_str(y.shape) + " but pooling " + shape_str(x.shape) + " gives " +
+                std::to_string(P) + "x" + std::to_string(Q));
+  return {x.shape[0], x.shape[1], x.shape[2], x.shape[3], P, Q,
+          p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+          p.count_include_pad};
+}
+
+// Calls fn(T{}) for the floating dtypes.
+template <class Fn>
+void visit_floating(DType dtype, Fn&& fn) {
+  visit_dtype(dtype, [&](auto tag) {
+    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
+  });
+}
+
+template <class Exec>
+void max_pool2d_forward(const Exec& exec, const View& y, const View& x, const Pool2dParams& p) {
+  const PoolGeometry g = pool_geometry(x, y, p, "max_pool2d_forward");
+  visit_floating(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(y.numel(), MaxPoolForwardBody<T>{nchw<T>(y), nchw<const T>(x), g});
+  });
+}
+
+template <class Exec>
+void max_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const View& x,
+                         const Pool2dParams& p) {
+  const PoolGeometry g = pool_geometry(x, dy, p, "max_pool2d_backward");
+  check_same_shape(dx, x, "max_pool2d_backward");
+  check_same_dtype(dx, x, "max_pool2d_backward");
+  visit_floating(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(dx.numel(), MaxPoolBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy),
+                                                        nchw<const T>(x), g});
+  });
+}
+
+template <class Exec>
+void avg_pool2d_forward(const Exec& exec, const View& y, const View& x, const Pool2dParams& p) {
+  const PoolGeometry g = pool_geometry(x, y, p, "avg_pool2d_forward");
+  visit_floating(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(y.numel(), AvgPoolForwardBody<T>{nchw<T>(y), nchw<const T>(x), g});
+  });
+}
+
+template <class Exec>
+void avg_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const Pool2dParams& p) {
+  const PoolGeometry g = pool_geometry(dx, dy, p, "avg_pool2d_backward");
+  visit_floating(dx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(dx.numel(), AvgPoolBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy), g});
+  });
+}
+
+inline void check_adaptive(const View& big, const View& small, const char* op) {
+  check_rank(big, 4, op);
+  check_rank(small, 4, op);
+  check_floating(big, op);
+  check_same_dtype(big, small, op);
+  check(big.shape[0] == small.shape[0] && big.shape[1] == small.shape[1], op,
+        "N, C of " + shape_str(big.shape) + " and " + shape_str(small.shape) + " differ");
+  check(small.shape[2] > 0 && small.shape[3] > 0, op, "output size must be positive");
+}
+
+template <class Exec>
+void adaptive_avg_pool2d_forward(const Exec& exec, const View& y, const View& x) {
+  check_adaptive(x, y, "adaptive_avg_pool2d_forward");
+  visit_floating(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(y.numel(), AdaptiveAvgForwardBody<T>{nchw<T>(y), nchw<const T>(x),
+                                                          x.shape[1], x.shape[2], x.shape[3],
+                                                          y.shape[2], y.shape[3]});
+  });
+}
+
+template <class Exec>
+void adaptive_avg_pool2d_backward(const Exec& exec, const View& dx, const View& dy) {
+  check_adaptive(dx, dy, "adaptive_avg_pool2d_backward");
+  visit_floating(dx.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(dx.numel(), AdaptiveAvgBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy),
+                                                            dx.shape[1], dx.shape[2],
+                                                            dx.shape[3], dy.shape[2],
+                                                            dy.shape[3]});
+  });
+}
+
+template <class Exec>
+void set_pool_kernels(Backend& b) {
+  b.max_pool2d_forward = [](const View& y, const View& x, const Pool2dParams& p) -> Workspace {
+    max_pool2d_forward(Exec{}, y, x, p);
+    return nullptr;  // backward recomputes the argmax from x
+  };
+  b.max_pool2d_backward = [](const View& dx, const View& dy, const View& x, const Workspace&,
+                             const Pool2dParams& p) { max_pool2d_backward(Exec{}, dx, dy, x, p); };
+  b.avg_pool2d_forward = [](const View& y, const View& x, const Pool2dParams& p) {
+    avg_pool2d_forward(Exec{}, y, x, p);
+  };
+  b.avg_pool2d_backward = [](const View& dx, const View& dy, const Pool2dParams& p) {
+    avg_pool2d_backward(Exec{}, dx, dy, p);
+  };
+  b.adaptive_avg_pool2d_forward = [](const View& y, const View& x) {
+    adaptive_avg_pool2d_forward(Exec{}, y, x);
+  };
+  b.adaptive_avg_pool2d_backward = [](const View& dx, const View& dy) {
+    adaptive_avg_pool2d_backward(Exec{}, dx, dy);
+  };
+}
+
+}  // namespace ringflow::simt

@@ -1,0 +1,450 @@
+// The kernel-table test harness: host buffers with any strides, seeded values, a closeness
+// check that prints the first mismatches, and sweeps that run one table's kernels against
+// reference_backend() over shapes with sizes 1, odd and prime, NCHW and channels-last.
+// cpu_kernels_test runs the sweeps on the CPU table, simt_kernels_test on the CUDA
+// backend's own kernels run on the host.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace ringflow::sweep {
+
+enum class Layout { nchw, nhwc };
+
+// A host buffer and a View on it. Strides may be given (transposes, broadcasts).
+struct Buf {
+  std::vector<unsigned char> mem;
+  View v;
+};
+
+inline Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    st[d] = s;
+    s *= shape[d];
+  }
+  return st;
+}
+
+inline Shape layout_strides(const Shape& shape, Layout layout) {
+  if (layout == Layout::nchw || shape.size() != 4) return contiguous_strides(shape);
+  const int64_t C = shape[1], H = shape[2], W = shape[3];
+  return {H * W * C, 1, W * C, C};
+}
+
+inline double get(const View& v, int64_t offset) {
+  return visit_dtype(v.dtype, [&](auto t) {
+    using T = decltype(t);
+    return static_cast<double>(static_cast<float>(static_cast<const T*>(v.data)[offset]));
+  });
+}
+inline void set(const View& v, int64_t offset, double value) {
+  visit_dtype(v.dtype, [&](auto t) {
+    using T = decltype(t);
+    static_cast<T*>(v.data)[offset] = static_cast<T>(value);
+  });
+}
+
+// Calls fn(index, offset) for every logical element of v.
+inline void for_each(const View& v, const std::function<void(const Shape&, int64_t)>& fn) {
+  if (v.numel() == 0) return;
+  Shape idx(v.dim(), 0);
+  while (true) {
+    int64_t off = 0;
+    for (int d = 0; d < v.dim(); ++d) off += idx[d] * v.strides[d];
+    fn(idx, off);
+    int d = v.dim() - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < v.shape[d]) break;
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+inline Buf make_strided(const Shape& shape, const Shape& strides, DType dt) {
+  Buf b;
+  int64_t span = 1;
+  for (size_t d = 0; d < shape.size(); ++d) span += (shape[d] - 1) * strides[d];
+  b.mem.assign(static_cast<size_t>(std::max<int64_t>(span, 1)) * dtype_size(dt) + 64, 0);
+  b.v.data = b.mem.data();
+  b.v.dtype = dt;
+  b.v.shape = shape;
+  b.v.strides = strides;
+  return b;
+}
+
+inline Buf make(const Shape& shape, DType dt, Layout layout = Layout::nchw) {
+  return make_strided(shape, layout_strides(shape, layout), dt);
+}
+
+inline void randomize(const View& v, std::mt19937& rng, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  for_each(v, [&](const Shape&, int64_t off) { set(v, off, u(rng)); });
+}
+
+inline Buf random(const Shape& shape, DType dt, Layout layout, std::mt19937& rng, double lo = -1,
+           double hi = 1) {
+  Buf b = make(shape, dt, layout);
+  randomize(b.v, rng, lo, hi);
+  return b;
+}
+
+// A fresh output like `like` (same shape, strides, dtype), prefilled with garbage.
+inline Buf like(const Buf& like_buf) {
+  Buf b = make_strided(like_buf.v.shape, like_buf.v.strides, like_buf.v.dtype);
+  for_each(b.v, [&](const Shape&, int64_t off) { set(b.v, off, 7.25); });
+  return b;
+}
+
+inline std::string idx_str(const Shape& idx) { return shape_str(idx); }
+
+// |got - want| <= atol + rtol * |want| everywhere; prints the first mismatches.
+inline bool close(const View& got, const View& want, double rtol, double atol, const std::string& what) {
+  int bad = 0;
+  int64_t count = 0;
+  for_each(want, [&](const Shape& idx, int64_t off_w) {
+    int64_t off_g = 0;
+    for (int d = 0; d < got.dim(); ++d) off_g += idx[d] * got.strides[d];
+    const double g = get(got, off_g), w = get(want, off_w);
+    const bool ok = g == w || (std::isnan(g) && std::isnan(w)) ||
+                    std::fabs(g - w) <= atol + rtol * std::fabs(w);
+    if (!ok) {
+      if (bad < 5) {
+        std::printf("  mismatch %s at %s: got %.7g reference %.7g\n", what.c_str(),
+                    idx_str(idx).c_str(), g, w);
+      }
+      ++bad;
+    }
+    ++count;
+  });
+  if (bad) std::printf("  %s: %d of %lld elements differ\n", what.c_str(), bad, static_cast<long long>(count));
+  return bad == 0;
+}
+
+// Tolerances: f32 relative 1e-4 plus an absolute part growing with the number of terms
+// accumulated into each output; bf16 rounds every input and output to 8 bits, f16 to 11.
+inline double rtol_of(DType dt) {
+  return dt == DType::bf16 ? 2e-2 : dt == DType::f16 ? 4e-3 : 1e-4;
+}
+inline double atol_of(DType dt, double terms) {
+  if (dt == DType::bf16) return 1e-2 * std::sqrt(terms) + 1e-2;
+  if (dt == DType::f16) return 2e-3 * std::sqrt(terms) + 2e-3;
+  return 2e-6 * terms + 1e-6;
+}
+
+// Elementwise results: one rounding of the output, plus float math functions' error.
+inline double elementwise_rtol(DType dt) {
+  return dt == DType::f64 ? 1e-12 : dt == DType::f32 ? 1e-5 : rtol_of(dt);
+}
+
+inline const char* layout_name(Layout l) { return l == Layout::nchw ? "nchw" : "nhwc"; }
+
+
+// ---------------------------------------------------------------- pooling
+inline int64_t pool_out(int64_t H, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
+  const int64_t num = H + 2 * p - k;
+  int64_t P = (ceil_mode ? (num + s - 1) / s : num / s) + 1;
+  if (ceil_mode && (P - 1) * s >= H + p) --P;
+  return P;
+}
+
+// Max and average pooling with ceil_mode and count_include_pad.
+inline bool sweep_pooling(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(3);
+  const int64_t cfg[][3] = {{2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {2, 1, 1}, {3, 3, 1}, {5, 2, 2}};
+  int failed = 0, cases = 0, v = 0;
+  for (DType dt : dtypes) {
+    for (auto& c : cfg) {
+      for (bool ceil_mode : {false, true}) {
+        for (bool cip : {false, true}) {
+          for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+            for (int64_t H : {1, 5, 7, 13}) {
+              const int64_t N = (v % 2) ? 3 : 1, C = std::array<int64_t, 4>{1, 3, 16, 17}[v % 4];
+              const int64_t W = std::array<int64_t, 4>{5, 13, 7, 6}[(v / 3) % 4];
+              ++v;
+              Pool2dParams p;
+              p.kernel_h = p.kernel_w = c[0];
+              p.stride_h = p.stride_w = c[1];
+              p.pad_h = p.pad_w = c[2];
+              p.ceil_mode = ceil_mode;
+              p.count_include_pad = cip;
+              if (H + 2 * p.pad_h < p.kernel_h || W + 2 * p.pad_w < p.kernel_w) continue;
+              const int64_t P = pool_out(H, c[0], c[1], c[2], ceil_mode), Q = pool_out(W, c[0], c[1], c[2], ceil_mode);
+              char name[160];
+              std::snprintf(name, sizeof name, "pool N%lld C%lld H%lld W%lld k%lld s%lld p%lld ceil%d cip%d %s %s",
+                            (long long)N, (long long)C, (long long)H, (long long)W, (long long)c[0],
+                            (long long)c[1], (long long)c[2], ceil_mode, cip, layout_name(lay), dtype_name(dt));
+              Buf x = random({N, C, H, W}, dt, lay, rng);
+              Buf dy = random({N, C, P, Q}, dt, lay, rng);
+              Buf y1 = make({N, C, P, Q}, dt, lay), y2 = like(y1);
+              const double terms = double(c[0] * c[0]);
+              Workspace ws1 = k.max_pool2d_forward(y1.v, x.v, p);
+              Workspace ws2 = reference_backend().max_pool2d_forward(y2.v, x.v, p);
+              bool ok = close(y1.v, y2.v, 0, 0, std::string("max fwd ") + name);
+              Buf dx1 = like(x), dx2 = like(x);
+              k.max_pool2d_backward(dx1.v, dy.v, x.v, ws1, p);
+              reference_backend().max_pool2d_backward(dx2.v, dy.v, x.v, ws2, p);
+              ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, terms), std::string("max bwd ") + name);
+              k.avg_pool2d_forward(y1.v, x.v, p);
+              reference_backend().avg_pool2d_forward(y2.v, x.v, p);
+              ok &= close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms), std::string("avg fwd ") + name);
+              k.avg_pool2d_backward(dx1.v, dy.v, p);
+              reference_backend().avg_pool2d_backward(dx2.v, dy.v, p);
+              ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, terms), std::string("avg bwd ") + name);
+              ++cases;
+              if (!ok) ++failed;
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " pooling cases");
+  return failed == 0;
+}
+
+// ---------------------------------------------------------------- batch norm
+// Batch norm train, eval and backward, 2-D and 4-D, with and without affine.
+inline bool sweep_batch_norm(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(4);
+  int failed = 0, cases = 0, v = 0;
+  const double eps = 1e-5;
+  for (DType dt : dtypes) {
+    for (int64_t C : {1, 3, 16, 17}) {
+      for (int64_t H : {1, 5, 7, 13}) {
+        for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+          for (int affine = 0; affine < 2; ++affine) {
+            const int64_t N = (v++ % 2) ? 3 : 1, W = H == 1 ? 1 : H + 2;
+            if (N * H * W == 1) continue;  // a single element per channel: variance 0
+            const bool two_d = H == 1 && lay == Layout::nchw && v % 3 == 0;
+            const Shape shape = two_d ? Shape{N, C} : Shape{N, C, H, W};
+            Buf x = random(shape, dt, lay, rng), dy = random(shape, dt, lay, rng);
+            Buf g = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({C}, DType::f32, Layout::nchw, rng);
+            const View* gp = affine ? &g.v : nullptr;
+            const View* bp = affine ? &b.v : nullptr;
+            Buf y1 = like(x), y2 = like(x);
+            Buf m1 = make({C}, DType::f32), m2 = make({C}, DType::f32), v1 = make({C}, DType::f32), v2 = make({C}, DType::f32);
+            const double terms = double(x.v.numel() / C);
+            std::string name = shape_str(shape) + " " + layout_name(lay) + " affine" + std::to_string(affine) + " " + dtype_name(dt);
+            k.batch_norm_forward_train(y1.v, m1.v, v1.v, x.v, gp, bp, eps);
+            reference_backend().batch_norm_forward_train(y2.v, m2.v, v2.v, x.v, gp, bp, eps);
+            bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms) * 10, "bn train y " + name);
+            ok &= close(m1.v, m2.v, 1e-4, 1e-5, "bn mean " + name);
+            ok &= close(v1.v, v2.v, 1e-4, 1e-5, "bn var " + name);
+            k.batch_norm_forward_eval(y1.v, x.v, m2.v, v2.v, gp, bp, eps);
+            reference_backend().batch_norm_forward_eval(y2.v, x.v, m2.v, v2.v, gp, bp, eps);
+            ok &= close(y1.v, y2.v, rtol_of(dt), atol_of(dt, 1) * 10, "bn eval " + name);
+            Buf dx1 = like(x), dx2 = like(x), dg1 = make({C}, DType::f32), dg2 = make({C}, DType::f32),
+                db1 = make({C}, DType::f32), db2 = make({C}, DType::f32);
+            k.batch_norm_backward(dx1.v, affine ? &dg1.v : nullptr, affine ? &db1.v : nullptr, dy.v,
+                                      x.v, m2.v, v2.v, gp, eps);
+            reference_backend().batch_norm_backward(dx2.v, affine ? &dg2.v : nullptr, affine ? &db2.v : nullptr, dy.v,
+                                      x.v, m2.v, v2.v, gp, eps);
+            // dx involves two reductions over N*H*W and a 1/sigma that is large for
+            // nearly constant channels: compare with the tolerance scaled accordingly.
+            ok &= close(dx1.v, dx2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 100, "bn bwd dx " + name);
+            if (affine) {
+              ok &= close(dg1.v, dg2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn bwd dgamma " + name);
+              ok &= close(db1.v, db2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn bwd dbeta " + name);
+            }
+            ++cases;
+            if (!ok) ++failed;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " batch norm cases");
+  return failed == 0;
+}
+
+// ---------------------------------------------------------------- softmax
+// Softmax and log-softmax, forward and backward, along every dim.
+inline bool sweep_softmax(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(5);
+  int failed = 0, cases = 0;
+  const Shape shapes[] = {{1, 1}, {3, 17}, {5, 1000}, {1, 5, 7}, {3, 16, 5, 7}};
+  for (DType dt : dtypes) {
+    for (const Shape& s : shapes) {
+      for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+        if (lay == Layout::nhwc && s.size() != 4) continue;
+        for (int64_t dim = 0; dim < static_cast<int64_t>(s.size()); ++dim) {
+          for (bool log : {false, true}) {
+            Buf x = random(s, dt, lay, rng, -3, 3), dy = random(s, dt, lay, rng);
+            Buf y1 = like(x), y2 = like(x), dx1 = like(x), dx2 = like(x);
+            std::string name = shape_str(s) + " dim " + std::to_string(dim) + (log ? " log " : " ") +
+                               layout_name(lay) + " " + dtype_name(dt);
+            k.softmax_forward(y1.v, x.v, dim, log);
+            reference_backend().softmax_forward(y2.v, x.v, dim, log);
+            bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, 1) * 10, "softmax fwd " + name);
+            k.softmax_backward(dx1.v, dy.v, y2.v, dim, log);
+            reference_backend().softmax_backward(dx2.v, dy.v, y2.v, dim, log);
+            ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, double(s[dim])) * 10, "softmax bwd " + name);
+            ++cases;
+            if (!ok) ++failed;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " softmax cases");
+  return failed == 0;
+}
+
+// ---------------------------------------------------------------- elementwise
+// Operand layouts for elementwise tests, all over out's shape (N, C, H, W).
+enum class Operand { same, channel, scalar, transposed };
+
+inline Buf elementwise_operand(const Shape& s, Layout lay, Operand kind, std::mt19937& rng, double lo,
+                               double hi, DType dt = DType::f32) {
+  Buf b;
+  switch (kind) {
+    case Operand::same: return random(s, dt, lay, rng, lo, hi);
+    case Operand::channel: b = make_strided(s, {0, 1, 0, 0}, dt); break;
+    case Operand::scalar: b = make_strided(s, {0, 0, 0, 0}, dt); break;
+    case Operand::transposed: b = make_strided(s, {s[1] * s[2] * s[3], s[2] * s[3], 1, s[2]}, dt); break;
+  }
+  randomize(b.v, rng, lo, hi);
+  return b;
+}
+
+// Unary, binary and where over same-layout, transposed, per-channel and scalar operands.
+inline bool sweep_elementwise(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(6);
+  int failed = 0, cases = 0;
+  const Shape shapes[] = {{1, 1, 1, 1}, {3, 17, 5, 7}, {2, 16, 13, 13}, {64, 64, 8, 8}};
+  for (DType dt : dtypes) {
+  const double rtol = elementwise_rtol(dt), atol = dt == DType::f32 || dt == DType::f64 ? rtol / 10 : rtol;
+  for (const Shape& s : shapes) {
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      const std::string base = shape_str(s) + " " + layout_name(lay) + " " + dtype_name(dt);
+      for (UnaryOp op : {UnaryOp::neg, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt, UnaryOp::relu,
+                         UnaryOp::abs, UnaryOp::sigmoid, UnaryOp::tanh}) {
+        const bool positive = op == UnaryOp::log || op == UnaryOp::sqrt;
+        for (Operand kind : {Operand::same, Operand::transposed}) {
+          Buf in = elementwise_operand(s, lay, kind, rng, positive ? 0.1 : -2, 2, dt);
+          Buf o1 = make(s, dt, lay), o2 = like(o1);
+          k.unary(op, o1.v, in.v);
+          reference_backend().unary(op, o2.v, in.v);
+          ++cases;
+          if (!close(o1.v, o2.v, rtol, atol, std::string("unary ") + unary_op_name(op) + " " + base)) ++failed;
+        }
+      }
+      for (int bop = 0; bop <= static_cast<int>(BinaryOp::relu_backward); ++bop) {
+        const BinaryOp op = static_cast<BinaryOp>(bop);
+        for (Operand kb : {Operand::same, Operand::channel, Operand::scalar, Operand::transposed}) {
+          for (bool swap : {false, true}) {
+            const bool positive = op == BinaryOp::pow;
+            Buf a = elementwise_operand(s, lay, swap ? kb : Operand::same, rng, positive ? 0.1 : -2, 2, dt);
+            Buf b = elementwise_operand(s, lay, swap ? Operand::same : kb, rng, -2, 2, dt);
+            Buf o1 = make(s, dt, lay), o2 = like(o1);
+            k.binary(op, o1.v, a.v, b.v);
+            reference_backend().binary(op, o2.v, a.v, b.v);
+            ++cases;
+            if (!close(o1.v, o2.v, rtol, atol, std::string("binary ") + binary_op_name(op) + " " + base +
+                                                   " kind " + std::to_string(int(kb)) + " swap " + std::to_string(swap))) {
+              ++failed;
+            }
+          }
+        }
+      }
+      Buf cond = make(s, DType::f32, lay);
+      std::bernoulli_distribution coin(0.5);
+      for_each(cond.v, [&](const Shape&, int64_t off) { set(cond.v, off, coin(rng) ? 1.0 : 0.0); });
+      Buf a = random(s, dt, lay, rng), b = elementwise_operand(s, lay, Operand::channel, rng, -1, 1, dt);
+      Buf o1 = make(s, dt, lay), o2 = like(o1);
+      k.where(o1.v, cond.v, a.v, b.v);
+      reference_backend().where(o2.v, cond.v, a.v, b.v);
+      ++cases;
+      if (!close(o1.v, o2.v, 0, 0, "where " + base)) ++failed;
+    }
+  }
+  }
+  MESSAGE(cases << " elementwise cases");
+  return failed == 0;
+}
+
+// copy between layouts and dtypes, and fill.
+inline bool sweep_copy(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(7);
+  int failed = 0;
+  for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 17, 5, 7}, Shape{8, 64, 16, 16}}) {
+    for (DType from : dtypes) {
+      for (DType to : dtypes) {
+        for (Layout lf : {Layout::nchw, Layout::nhwc}) {
+          for (Layout lt : {Layout::nchw, Layout::nhwc}) {
+            Buf src = random(s, from, lf, rng, -100, 100);
+            Buf d1 = make(s, to, lt), d2 = like(d1);
+            k.copy(d1.v, src.v);
+            reference_backend().copy(d2.v, src.v);
+            if (!close(d1.v, d2.v, 0, 0, shape_str(s) + " copy " + dtype_name(from) + "->" + dtype_name(to) + " " +
+                                             layout_name(lf) + "->" + layout_name(lt))) {
+              ++failed;
+            }
+          }
+        }
+      }
+      Buf f1 = make(s, from, Layout::nhwc), f2 = like(f1);
+      k.fill(f1.v, 3.5);
+      reference_backend().fill(f2.v, 3.5);
+      if (!close(f1.v, f2.v, 0, 0, "fill " + shape_str(s) + " " + dtype_name(from))) ++failed;
+    }
+  }
+  return failed == 0;
+}
+
+// sum, mean and max over sets of dims of NCHW and NHWC tensors.
+inline bool sweep_reduce(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(8);
+  int failed = 0, cases = 0;
+  const std::vector<std::vector<int>> dim_sets = {{0, 1, 2, 3}, {3}, {0, 2, 3}, {0}, {1}, {2, 3}, {1, 2, 3}};
+  for (DType dt : dtypes) {
+  for (const Shape& s : {Shape{1, 1, 1, 1}, Shape{3, 17, 5, 7}, Shape{64, 64, 8, 8}}) {
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      for (const auto& dims : dim_sets) {
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max}) {
+          Buf in = random(s, dt, lay, rng);
+          Shape os = s;
+          for (int d : dims) os[d] = 1;
+          Buf o1 = make(os, dt), o2 = like(o1);
+          k.reduce(op, o1.v, in.v);
+          reference_backend().reduce(op, o2.v, in.v);
+          std::string name = std::string(reduce_op_name(op)) + " " + shape_str(s) + " " + layout_name(lay) +
+                             " over " + std::to_string(dims.size()) + " dims from " + std::to_string(dims[0]) + " " + dtype_name(dt);
+          ++cases;
+          const double terms = double(in.v.numel() / o1.v.numel());
+          const bool wide = dt == DType::f32 || dt == DType::f64;
+          if (!close(o1.v, o2.v, wide ? 1e-5 : rtol_of(dt), wide ? 1e-5 : atol_of(dt, terms), name)) ++failed;
+        }
+      }
+    }
+  }
+  }
+  // 2-D: per-column sums (bias gradient of a linear layer) and per-row.
+  for (int dim : {0, 1}) {
+    Buf in = random({257, 31}, DType::f32, Layout::nchw, rng);
+    Buf o1 = make(dim == 0 ? Shape{1, 31} : Shape{257, 1}, DType::f32), o2 = like(o1);
+    k.reduce(ReduceOp::sum, o1.v, in.v);
+    reference_backend().reduce(ReduceOp::sum, o2.v, in.v);
+    ++cases;
+    if (!close(o1.v, o2.v, 1e-5, 1e-5, "sum 2-D dim " + std::to_string(dim))) ++failed;
+  }
+  MESSAGE(cases << " reduce cases");
+  return failed == 0;
+}
+
+
+}  // namespace ringflow::sweep

@@ -1,0 +1,175 @@
+// The CUDA backend's own kernels (kernels/simt/), run on the CPU by HostExec over the launch
+// grids the GPU would use, against reference_backend(): the sweeps cpu_kernels_test runs on
+// the CPU table, in f32, f64, f16 and bf16; the ops only this table has (argmax, gather,
+// scatter_add, adaptive pooling, integer ops); grids larger than one launch (grid-stride
+// loops); rows longer than a block. No GPU needed.
+#include <doctest/doctest.h>
+
+#include <limits>
+
+#include "kernels/simt/host_backend.h"
+#include "kernels/simt/simt.h"
+#include "tests/kernel_sweep.h"
+
+namespace ringflow {
+namespace {
+
+using namespace sweep;
+
+const Backend& simt() { return simt_host_backend(); }
+const Backend& ref() { return reference_backend(); }
+const std::vector<DType> kFloats = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+TEST_CASE("pooling, batch norm, softmax: the sweeps, every floating dtype") {
+  CHECK(sweep_pooling(simt(), kFloats));
+  CHECK(sweep_batch_norm(simt(), kFloats));
+  CHECK(sweep_softmax(simt(), kFloats));
+}
+
+TEST_CASE("unary, binary, where, copy, fill, reduce: the sweeps, every dtype") {
+  CHECK(sweep_elementwise(simt(), kFloats));
+  CHECK(sweep_copy(simt(), {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}));
+  CHECK(sweep_reduce(simt(), kFloats));
+}
+
+TEST_CASE("integer elementwise ops and reductions are exact") {
+  std::mt19937 rng(11);
+  for (DType dt : {DType::i32, DType::i64}) {
+    Buf a = random({3, 17, 5, 7}, dt, Layout::nchw, rng, -50, 50);
+    Buf b = random({3, 17, 5, 7}, dt, Layout::nhwc, rng, 1, 9);
+    for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div,
+                        BinaryOp::maximum, BinaryOp::minimum, BinaryOp::lt, BinaryOp::eq}) {
+      Buf o1 = make({3, 17, 5, 7}, dt), o2 = like(o1);
+      simt().binary(op, o1.v, a.v, b.v);
+      ref().binary(op, o2.v, a.v, b.v);
+      CHECK(close(o1.v, o2.v, 0, 0, std::string("int binary ") + binary_op_name(op)));
+    }
+    for (UnaryOp op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::relu}) {
+      Buf o1 = make({3, 17, 5, 7}, dt), o2 = like(o1);
+      simt().unary(op, o1.v, a.v);
+      ref().unary(op, o2.v, a.v);
+      CHECK(close(o1.v, o2.v, 0, 0, std::string("int unary ") + unary_op_name(op)));
+    }
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+      Buf o1 = make({1, 17, 1, 1}, dt), o2 = like(o1);
+      simt().reduce(op, o1.v, a.v);
+      ref().reduce(op, o2.v, a.v);
+      CHECK(close(o1.v, o2.v, 0, 0, std::string("int reduce ") + reduce_op_name(op)));
+    }
+    Buf o = make({3, 17, 5, 7}, DType::f32);
+    CHECK_THROWS_WITH(simt().unary(UnaryOp::exp, o.v, a.v), doctest::Contains("dtype mismatch"));
+  }
+}
+
+TEST_CASE("argmax, max and min along each dim, with ties, -inf and NaN") {
+  std::mt19937 rng(12);
+  for (DType dt : kFloats) {
+    const Shape s{4, 9, 3, 5};
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      Buf x = random(s, dt, lay, rng, -3, 3);
+      // Ties (a repeated maximum), a row of -inf and a NaN in some lines.
+      for_each(x.v, [&](const Shape& i, int64_t off) {
+        if (i[1] == 2 || i[1] == 6) set(x.v, off, 5.0);
+        if (i[0] == 1) set(x.v, off, -std::numeric_limits<double>::infinity());
+        if (i[0] == 2 && i[1] == 4 && i[3] == 1) set(x.v, off, std::nan(""));
+      });
+      for (int dim = 0; dim < 4; ++dim) {
+        Shape os = s;
+        os[dim] = 1;
+        Buf a1 = make(os, DType::i64), a2 = like(a1);
+        simt().reduce(ReduceOp::argmax, a1.v, x.v);
+        ref().reduce(ReduceOp::argmax, a2.v, x.v);
+        CHECK(close(a1.v, a2.v, 0, 0, "argmax dim " + std::to_string(dim) + " " + dtype_name(dt)));
+        for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+          Buf m1 = make(os, dt), m2 = like(m1);
+          simt().reduce(op, m1.v, x.v);
+          ref().reduce(op, m2.v, x.v);
+          CHECK(close(m1.v, m2.v, 0, 0, std::string(reduce_op_name(op)) + " dim " + std::to_string(dim)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gather and scatter_add along each dim, duplicates in the index") {
+  std::mt19937 rng(13);
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i64}) {
+    const Shape s{5, 7, 3};
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      Shape is = {4, 6, 3};
+      is[dim] = 9;  // longer than the dim: indices repeat
+      Buf in = random(s, dt, Layout::nchw, rng, -10, 10);
+      Buf index = make(is, DType::i64);
+      std::uniform_int_distribution<int64_t> pick(0, s[dim] - 1);
+      for_each(index.v, [&](const Shape&, int64_t off) { set(index.v, off, double(pick(rng))); });
+      Buf g1 = make(is, dt), g2 = like(g1);
+      simt().gather(g1.v, in.v, dim, index.v);
+      ref().gather(g2.v, in.v, dim, index.v);
+      CHECK(close(g1.v, g2.v, 0, 0, "gather dim " + std::to_string(dim) + " " + dtype_name(dt)));
+
+      Buf src = random(is, dt, Layout::nchw, rng, -10, 10);
+      Buf o1 = random(s, dt, Layout::nchw, rng, -10, 10), o2 = make(s, dt);
+      std::memcpy(o2.mem.data(), o1.mem.data(), o1.mem.size());
+      simt().scatter_add(o1.v, dim, index.v, src.v);
+      ref().scatter_add(o2.v, dim, index.v, src.v);
+      // The device adds in the output's dtype, one contribution at a time.
+      CHECK(close(o1.v, o2.v, rtol_of(dt), atol_of(dt, 9), "scatter_add dim " + std::to_string(dim) + " " + dtype_name(dt)));
+    }
+  }
+}
+
+TEST_CASE("adaptive average pooling forward and backward, bins that overlap and do not") {
+  std::mt19937 rng(14);
+  for (DType dt : kFloats) {
+    for (auto [H, W, P, Q] : std::vector<std::array<int64_t, 4>>{
+             {7, 7, 1, 1}, {13, 11, 7, 7}, {5, 5, 7, 7}, {8, 6, 3, 4}, {1, 1, 1, 1}}) {
+      for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+        Buf x = random({2, 3, H, W}, dt, lay, rng), dy = random({2, 3, P, Q}, dt, lay, rng);
+        Buf y1 = make({2, 3, P, Q}, dt, lay), y2 = like(y1), dx1 = like(x), dx2 = like(x);
+        const std::string name = shape_str({H, W, P, Q}) + " " + dtype_name(dt);
+        simt().adaptive_avg_pool2d_forward(y1.v, x.v);
+        ref().adaptive_avg_pool2d_forward(y2.v, x.v);
+        CHECK(close(y1.v, y2.v, rtol_of(dt), atol_of(dt, double(H * W)), "adaptive fwd " + name));
+        simt().adaptive_avg_pool2d_backward(dx1.v, dy.v);
+        ref().adaptive_avg_pool2d_backward(dx2.v, dy.v);
+        CHECK(close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, double(P * Q)), "adaptive bwd " + name));
+      }
+    }
+  }
+}
+
+TEST_CASE("launch grids: more elements than one grid holds, rows longer than a block") {
+  std::mt19937 rng(15);
+  // blocks_for caps the grid at kMaxBlocks blocks of kBlock threads; past that each thread
+  // loops. 2^24 + 3 elements need more than one pass of the grid.
+  const int64_t n = int64_t{1} << 24 | 3;
+  REQUIRE(n > simt::kMaxBlocks * simt::kBlock);
+  Buf x = make({n}, DType::f32);
+  simt().fill(x.v, 1.5);
+  Buf total = make({1}, DType::f32), total_ref = like(total);
+  simt().reduce(ReduceOp::sum, total.v, x.v);  // one row of 2^24 elements over 256 threads
+  ref().reduce(ReduceOp::sum, total_ref.v, x.v);
+  CHECK(close(total.v, total_ref.v, 1e-6, 0, "sum of 2^24 + 3 ones and a half"));
+  // More rows than blocks: every row reached once.
+  const int64_t rows = simt::kMaxBlocks + 7;
+  Buf r = random({rows, 3}, DType::f32, Layout::nchw, rng), o1 = make({rows, 1}, DType::f32), o2 = like(o1);
+  simt().reduce(ReduceOp::sum, o1.v, r.v);
+  ref().reduce(ReduceOp::sum, o2.v, r.v);
+  CHECK(close(o1.v, o2.v, 1e-6, 1e-6, "row sums past the grid"));
+  CHECK(simt::blocks_for(0) == 1);
+  CHECK(simt::blocks_for(simt::kBlock + 1) == 2);
+  CHECK(simt::blocks_for(int64_t{1} << 40) == simt::kMaxBlocks);
+}
+
+TEST_CASE("f16 and bf16 round to nearest even on store, as the reference") {
+  // Values halfway between two f16 / bf16 neighbours, and past the largest f16 (inf).
+  const float f16_tie = 1.0f + 1.0f / 2048;  // between 1 and 1 + 2^-10: even is 1
+  const float bf16_tie = 1.0f + 1.0f / 256;  // between 1 and 1 + 2^-7
+  CHECK(simt::store<Half>(f16_tie).bits == Half(f16_tie).bits);
+  CHECK(simt::store<BFloat16>(bf16_tie).bits == BFloat16(bf16_tie).bits);
+  CHECK(simt::load(simt::store<Half>(70000.0f)) == std::numeric_limits<float>::infinity());
+  CHECK(simt::load(simt::store<Half>(-2.5)) == -2.5f);
+}
+
+}  // namespace
+}  // namespace ringflow
