@@ -2,11 +2,13 @@
 // grids the GPU would use, against reference_backend(): the sweeps cpu_kernels_test runs on
 // the CPU table, in f32, f64, f16 and bf16; the ops only this table has (argmax, gather,
 // scatter_add, adaptive pooling, integer ops); grids larger than one launch (grid-stride
-// loops); rows longer than a block. No GPU needed.
+// loops); rows longer than a block. And the CUDA table itself: no entry the models use is
+// missing. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <limits>
 
+#include "kernels/cuda_devices.h"
 #include "kernels/simt/host_backend.h"
 #include "kernels/simt/simt.h"
 #include "tests/kernel_sweep.h"
@@ -169,6 +171,36 @@ TEST_CASE("f16 and bf16 round to nearest even on store, as the reference") {
   CHECK(simt::store<BFloat16>(bf16_tie).bits == BFloat16(bf16_tie).bits);
   CHECK(simt::load(simt::store<Half>(70000.0f)) == std::numeric_limits<float>::infinity());
   CHECK(simt::load(simt::store<Half>(-2.5)) == -2.5f);
+}
+
+// Every entry of the kernel table that the models use in forward, backward and the
+// optimizers (all of them today) must be set on cuda: a null one would throw "not
+// implemented on cuda" in the middle of a training run.
+TEST_CASE("the CUDA kernel table has every entry the models need") {
+  const Backend* cuda = cuda_backend();
+  if (!cuda) {
+    std::string why;
+    cuda_device_count(&why);
+    MESSAGE("SKIP (no CUDA table): " << why);
+    return;
+  }
+  std::vector<std::string> missing;
+  const auto need = [&](bool set, const char* name) {
+    if (!set) missing.push_back(name);
+  };
+#define RF_NEED(entry) need(cuda->entry != nullptr, #entry)
+  RF_NEED(allocate); RF_NEED(deallocate); RF_NEED(copy); RF_NEED(fill); RF_NEED(unary);
+  RF_NEED(binary); RF_NEED(where); RF_NEED(reduce); RF_NEED(matmul); RF_NEED(gather);
+  RF_NEED(scatter_add); RF_NEED(conv2d_forward); RF_NEED(conv2d_backward_data);
+  RF_NEED(conv2d_backward_weights); RF_NEED(max_pool2d_forward); RF_NEED(max_pool2d_backward);
+  RF_NEED(avg_pool2d_forward); RF_NEED(avg_pool2d_backward); RF_NEED(adaptive_avg_pool2d_forward);
+  RF_NEED(adaptive_avg_pool2d_backward); RF_NEED(batch_norm_forward_train);
+  RF_NEED(batch_norm_forward_eval); RF_NEED(batch_norm_backward); RF_NEED(softmax_forward);
+  RF_NEED(softmax_backward);
+#undef RF_NEED
+  std::string list;
+  for (const std::string& m : missing) list += " " + m;
+  CHECK_MESSAGE(missing.empty(), "missing on cuda:" << list);
 }
 
 }  // namespace

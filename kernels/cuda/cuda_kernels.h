@@ -32,6 +32,14 @@ void fill(const View& dst, double value);
 // strides (batch stride 0 broadcasts); other dtypes throw std::invalid_argument.
 void matmul(const View& out, const View& a, const View& b);
 
+// cudnn_conv.cpp: convolutions on cuDNN, as the Backend entries of the same names, f32, f64,
+// f16 and bf16, any strides (copied dense where cuDNN cannot take them), asymmetric padding.
+void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
+                    const Conv2dParams& p);
+void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
+void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                             const Conv2dParams& p);
+
 // allocator.cpp: the caching allocator of the current device, for the legacy default
 // stream. deallocate never throws (a failure is reported on stderr); nbytes is not needed.
 void* allocate(size_t nbytes);

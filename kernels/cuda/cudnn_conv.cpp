@@ -1,0 +1,332 @@
+// Convolutions on cuDNN (forward, backward-data, backward-filter, bias) in f32, f64, f16
+// and bf16, f32 accumulation for the 16-bit types. Descriptors come from cudnn_conv_plan.h;
+// the algorithm of each shape is measured once (cudnnFind*AlgorithmEx, as cudnn.benchmark)
+// and cached; workspaces come from the caching allocator. Views cuDNN cannot describe are
+// copied dense first, and asymmetric padding goes through explicit zeros (Note [Asymmetric
+// padding on cuDNN]). f32 stays off TF32 tensor cores unless allow_tf32().
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy conv API of cuDNN 9
+
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cudnn_conv_plan.h"
+#include "kernels/cuda/cudnn_handle.h"
+
+namespace ringflow::cuda {
+namespace {
+
+// Workspace cuDNN may use per call, bytes: enough for the fast algorithms of VGG/ResNet layers.
+constexpr size_t kWorkspaceLimit = size_t{1} << 30;
+
+cudnnDataType_t data_type(DType dt) {
+  switch (dt) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: throw std::invalid_argument(std::string("cuda conv2d: no cuDNN type for ") + dtype_name(dt));
+  }
+}
+
+cudnnMathType_t math_type(DType dt) {
+  if (dt == DType::f64) return CUDNN_DEFAULT_MATH;
+  if (dt == DType::f32) return allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  return CUDNN_TENSOR_OP_MATH;
+}
+
+// alpha = 1, beta = 0 or 1 in the scaling type cuDNN wants (double for f64, else float).
+struct Scalars {
+  double d1 = 1, d0 = 0;
+  float f1 = 1, f0 = 0;
+  bool is_double;
+  explicit Scalars(DType dt) : is_double(dt == DType::f64) {}
+  const void* one() const { return is_double ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero() const { return is_double ? static_cast<const void*>(&d0) : &f0; }
+};
+
+View dense_like(const View& v, std::optional<DeviceBuffer>& buffer) {
+  View d = v;
+  d.strides = {v.shape[1] * v.shape[2] * v.shape[3], v.shape[2] * v.shape[3], v.shape[3], 1};
+  d.storage_id = nullptr;
+  buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
+  d.data = buffer->data();
+  return d;
+}
+
+// v itself when cuDNN can describe it, else a dense copy of it in `buffer`.
+View describable(const View& v, std::optional<DeviceBuffer>& buffer) {
+  if (tensor_dims(v)) return v;
+  View d = dense_like(v, buffer);
+  copy(d, v);
+  return d;
+}
+
+// x with the explicit zero rows and columns of `pad` around it, in `buffer`: zeroed, and
+// when `fill_from_x`, x copied into its interior. Returns the padded view; *interior (if
+// given) is the part that x covers.
+View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
+            std::optional<DeviceBuffer>& buffer, View* interior = nullptr) {
+  View big = x;
+  big.shape[2] += pad.extra_top + pad.extra_bottom;
+  big.shape[3] += pad.extra_left + pad.extra_right;
+  big = dense_like(big, buffer);
+  fill(big, 0.0);
+  View in = big;
+  in.shape = x.shape;
+  in.data = static_cast<char*>(big.data) +
+            (pad.extra_top * big.strides[2] + pad.extra_left * big.strides[3]) * dtype_size(x.dtype);
+  if (fill_from_x) copy(in, x);
+  if (interior) *interior = in;
+  return big;
+}
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(const View& v) {
+    const TensorDims dims = *tensor_dims(v);
+    RF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
+    RF_CHECK_CUDNN(cudnnSetTensorNdDescriptor(d, data_type(v.dtype), 4, dims.sizes.data(), dims.strides.data()));
+  }
+  // (1, K, 1, 1) over a bias vector of stride s.
+  TensorDesc(const View& bias, int) {
+    const int K = static_cast<int>(bias.shape[0]), s = static_cast<int>(std::max<int64_t>(bias.strides[0], 1));
+    const int sizes[4] = {1, K, 1, 1}, strides[4] = {K * s, s, s, s};
+    RF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
+    RF_CHECK_CUDNN(cudnnSetTensorNdDescriptor(d, data_type(bias.dtype), 4, sizes, strides));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const View& w) {
+    RF_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
+    const auto layout = filter_layout(w);
+    RF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(
+        d, data_type(w.dtype), *layout == FilterLayout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+        static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
+        static_cast<int>(w.shape[3])));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const ConvPadding& pad, const Conv2dParams& p, DType dt) {
+    RF_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
+    RF_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
+        d, static_cast<int>(pad.pad_h), static_cast<int>(pad.pad_w), static_cast<int>(p.stride_h),
+        static_cast<int>(p.stride_w), static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
+        CUDNN_CROSS_CORRELATION, dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    RF_CHECK_CUDNN(cudnnSetConvolutionMathType(d, math_type(dt)));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// The operands of one call, made describable, with their descriptors.
+struct Call {
+  View x, w, y;  // y: the convolution's output (dy for the backward passes)
+  TensorDesc xd, yd;
+  FilterDesc wd;
+  ConvDesc cd;
+  ConvKey key;
+  Call(const View& x_, const View& w_, const View& y_, const ConvPadding& pad,
+       const Conv2dParams& p, ConvDirection direction)
+      : x(x_), w(w_), y(y_), xd(x), yd(y), wd(w), cd(pad, p, x.dtype) {
+    RF_CHECK_CUDA(cudaGetDevice(&key.device));
+    key.direction = direction;
+    key.dtype = x.dtype;
+    key.tf32 = allow_tf32();
+    key.x = *tensor_dims(x);
+    key.y = *tensor_dims(y);
+    key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
+             static_cast<int>(w.shape[2]), static_cast<int>(w.shape[3])};
+    key.w_layout = *filter_layout(w);
+    key.params = {pad.pad_h, pad.pad_w, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
+  }
+};
+
+struct Chosen {
+  int algo;
+  size_t workspace;
+};
+
+template <class Perf>
+ConvCandidate candidate(const Perf& r) {
+  return {static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS,
+          r.mathType == CUDNN_TENSOR_OP_MATH || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+          r.time, r.memory};
+}
+
+// The cached algorithm for call.key, measured by `find` (which fills up to 16 Perf results
+// and their count, given a workspace) on a miss.
+template <class Perf, class Find>
+Chosen choose(const Call& call, const char* op, Find&& find) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<ConvKey, Chosen>;  // never destroyed, as the handles
+  {
+    std::lock_guard lock(mutex);
+    if (const auto it = cache->find(call.key); it != cache->end()) return it->second;
+  }
+  size_t free_bytes = 0, total = 0;
+  RF_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  const size_t limit = std::min(kWorkspaceLimit, free_bytes / 2);
+  Perf results[16];
+  int count = 0;
+  {
+    DeviceBuffer workspace(limit);
+    find(results, &count, workspace.data(), limit);
+  }
+  ConvCandidate candidates[16];
+  for (int i = 0; i < count; ++i) candidates[i] = candidate(results[i]);
+  const auto best = choose_algorithm(candidates, count, call.key.dtype, call.key.tf32, limit);
+  if (!best)
+    throw std::runtime_error(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
+                             shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
+                             dtype_name(call.x.dtype));
+  const Chosen chosen{best->algo, best->workspace};
+  std::lock_guard lock(mutex);
+  cache->emplace(call.key, chosen);
+  return chosen;
+}
+
+// Checks shapes and dtypes as the reference does.
+void check_conv(const View& x, const View& w, const View& y, const Conv2dParams& p, const char* op) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument(std::string("cuda ") + op + ": " + what);
+  };
+  if (x.dim() != 4 || w.dim() != 4 || y.dim() != 4)
+    fail("x, w, y must be 4-D, got " + shape_str(x.shape) + ", " + shape_str(w.shape) + ", " + shape_str(y.shape));
+  if (x.dtype != w.dtype || x.dtype != y.dtype)
+    fail(std::string("dtypes differ: ") + dtype_name(x.dtype) + ", " + dtype_name(w.dtype) + ", " + dtype_name(y.dtype));
+  (void)data_type(x.dtype);
+  const int64_t eh = (w.shape[2] - 1) * p.dilation_h + 1, ew = (w.shape[3] - 1) * p.dilation_w + 1;
+  const int64_t P = (x.shape[2] + p.pad_top + p.pad_bottom - eh) / p.stride_h + 1;
+  const int64_t Q = (x.shape[3] + p.pad_left + p.pad_right - ew) / p.stride_w + 1;
+  if (w.shape[1] != x.shape[1] || y.shape[0] != x.shape[0] || y.shape[1] != w.shape[0] ||
+      y.shape[2] != P || y.shape[3] != Q)
+    fail("x " + shape_str(x.shape) + " and w " + shape_str(w.shape) + " give (" +
+         std::to_string(x.shape[0]) + ", " + std::to_string(w.shape[0]) + ", " + std::to_string(P) +
+         ", " + std::to_string(Q) + "), not y " + shape_str(y.shape));
+}
+
+View filter_operand(const View& w, std::optional<DeviceBuffer>& buffer) {
+  if (filter_layout(w)) return w;
+  View d = dense_like(w, buffer);
+  copy(d, w);
+  return d;
+}
+
+}  // namespace
+
+void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
+                    const Conv2dParams& p) {
+  check_conv(x, w, y, p, "conv2d_forward");
+  if (y.numel() == 0) return;
+  const ConvPadding pad = conv_padding(p);
+  std::optional<DeviceBuffer> xb, wb, yb;
+  const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
+  const View wv = filter_operand(w, wb);
+  const View yv = tensor_dims(y) ? y : dense_like(y, yb);
+  const Call call(xv, wv, yv, pad, p, ConvDirection::forward);
+  cudnnHandle_t h = cudnn_handle();
+  const Chosen c = choose<cudnnConvolutionFwdAlgoPerf_t>(call, "conv2d_forward",
+      [&](cudnnConvolutionFwdAlgoPerf_t* r, int* n, void* ws, size_t size) {
+        RF_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
+            h, call.xd.d, xv.data, call.wd.d, wv.data, call.cd.d, call.yd.d, yv.data, 16, n, r, ws, size));
+      });
+  const Scalars s(x.dtype);
+  DeviceBuffer workspace(c.workspace);
+  RF_CHECK_CUDNN(cudnnConvolutionForward(h, s.one(), call.xd.d, xv.data, call.wd.d, wv.data,
+                                         call.cd.d, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
+                                         workspace.data(), c.workspace, s.zero(), call.yd.d, yv.data));
+  if (bias) {
+    if (bias->dtype != y.dtype || bias->dim() != 1 || bias->shape[0] != y.shape[1])
+      throw std::invalid_argument("cuda conv2d_forward: bias " + shape_str(bias->shape) + " " +
+                                  dtype_name(bias->dtype) + " for y " + shape_str(y.shape));
+    const TensorDesc bd(*bias, 0);
+    RF_CHECK_CUDNN(cudnnAddTensor(h, s.one(), bd.d, bias->data, s.one(), call.yd.d, yv.data));
+  }
+  if (yv.data != y.data) copy(y, yv);
+}
+
+void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
+  check_conv(dx, w, dy, p, "conv2d_backward_data");
+  if (dx.numel() == 0) return;
+  const ConvPadding pad = conv_padding(p);
+  std::optional<DeviceBuffer> dxb, dyb, wb;
+  View interior;
+  const View dxv = pad.explicit_zeros() ? padded(dx, pad, /*fill_from_x=*/false, dxb, &interior)
+                                        : (tensor_dims(dx) ? dx : dense_like(dx, dxb));
+  const View dyv = describable(dy, dyb);
+  const View wv = filter_operand(w, wb);
+  if (dy.numel() == 0) {
+    fill(dx, 0.0);
+    return;
+  }
+  const Call call(dxv, wv, dyv, pad, p, ConvDirection::backward_data);
+  cudnnHandle_t h = cudnn_handle();
+  const Scalars s(dx.dtype);
+  const Chosen c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(call, "conv2d_backward_data",
+      [&](cudnnConvolutionBwdDataAlgoPerf_t* r, int* n, void* ws, size_t size) {
+        RF_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d, call.xd.d, dxv.data, 16, n, r, ws, size));
+      });
+  DeviceBuffer workspace(c.workspace);
+  RF_CHECK_CUDNN(cudnnConvolutionBackwardData(
+      h, s.one(), call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d,
+      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace.data(), c.workspace, s.zero(),
+      call.xd.d, dxv.data));
+  if (pad.explicit_zeros()) copy(dx, interior);
+  else if (dxv.data != dx.data) copy(dx, dxv);
+}
+
+void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                             const Conv2dParams& p) {
+  check_conv(x, dw, dy, p, "conv2d_backward_weights");
+  const ConvPadding pad = conv_padding(p);
+  std::optional<DeviceBuffer> xb, dyb, dwb;
+  const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
+  const View dyv = describable(dy, dyb);
+  const View dwv = filter_layout(dw) ? dw : dense_like(dw, dwb);
+  cudnnHandle_t h = cudnn_handle();
+  const Scalars s(x.dtype);
+  if (dy.numel() == 0) {
+    fill(dw, 0.0);
+    if (db) fill(*db, 0.0);
+    return;
+  }
+  const Call call(xv, dwv, dyv, pad, p, ConvDirection::backward_filter);
+  const Chosen c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(call, "conv2d_backward_weights",
+      [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int* n, void* ws, size_t size) {
+        RF_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d, call.wd.d, dwv.data, 16, n, r, ws, size));
+      });
+  DeviceBuffer workspace(c.workspace);
+  RF_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+      h, s.one(), call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d,
+      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace.data(), c.workspace,
+      s.zero(), call.wd.d, dwv.data));
+  if (dwv.data != dw.data) copy(dw, dwv);
+  if (db) {
+    if (db->dtype != dy.dtype || db->dim() != 1 || db->shape[0] != dy.shape[1])
+      throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db->shape) +
+                                  " " + dtype_name(db->dtype) + " for dy " + shape_str(dy.shape));
+    const TensorDesc bd(*db, 0);
+    RF_CHECK_CUDNN(cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data));
+  }
+}
+
+}  // namespace ringflow::cuda
+
+#pragma GCC diagnostic pop

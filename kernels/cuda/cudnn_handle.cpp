@@ -1,0 +1,24 @@
+#include "kernels/cuda/cudnn_handle.h"
+
+#include <map>
+#include <mutex>
+
+#include "kernels/cuda/check.h"
+
+namespace ringflow::cuda {
+
+cudnnHandle_t cudnn_handle() {
+  int device = 0;
+  RF_CHECK_CUDA(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static auto* handles = new std::map<int, cudnnHandle_t>;  // never destroyed: see header
+  std::lock_guard lock(mutex);
+  if (const auto it = handles->find(device); it != handles->end()) return it->second;
+  cudnnHandle_t handle = nullptr;
+  RF_CHECK_CUDNN(cudnnCreate(&handle));
+  RF_CHECK_CUDNN(cudnnSetStream(handle, cudaStreamLegacy));
+  handles->emplace(device, handle);
+  return handle;
+}
+
+}  // namespace ringflow::cuda

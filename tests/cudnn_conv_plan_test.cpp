@@ -1,0 +1,146 @@
+// The host side of the cuDNN convolutions (kernels/cuda/cudnn_conv_plan.h): asymmetric
+// padding as symmetric padding plus explicit zeros (checked against the reference kernels:
+// both give the same convolution and gradients), which views cuDNN's descriptors take, and
+// the choice among measured algorithms. No GPU needed.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "kernels/cuda/cudnn_conv_plan.h"
+#include "tests/kernel_sweep.h"
+
+namespace ringflow {
+namespace {
+
+using namespace sweep;
+using cuda::ConvCandidate;
+
+const Backend& ref() { return reference_backend(); }
+
+// x (N, C, H, W) with the plan's extra rows and columns of zeros around it.
+Buf pad_explicitly(const Buf& x, const cuda::ConvPadding& pad) {
+  const Shape& s = x.v.shape;
+  Buf big = make({s[0], s[1], s[2] + pad.extra_top + pad.extra_bottom,
+                  s[3] + pad.extra_left + pad.extra_right}, x.v.dtype);
+  ref().fill(big.v, 0.0);
+  View inner = big.v;
+  inner.shape = s;
+  inner.data = static_cast<char*>(big.v.data) +
+               (pad.extra_top * big.v.strides[2] + pad.extra_left * big.v.strides[3]) * dtype_size(x.v.dtype);
+  ref().copy(inner, x.v);
+  return big;
+}
+
+TEST_CASE("asymmetric padding = symmetric padding over explicit zeros, forward and backward") {
+  std::mt19937 rng(21);
+  const int64_t pads[][4] = {{0, 1, 0, 1}, {1, 0, 2, 1}, {2, 3, 1, 1}, {1, 1, 1, 1}, {0, 2, 3, 0}};
+  for (auto& q : pads) {
+    for (int64_t stride : {1, 2}) {
+      Conv2dParams p;
+      p.pad_top = q[0];
+      p.pad_bottom = q[1];
+      p.pad_left = q[2];
+      p.pad_right = q[3];
+      p.stride_h = p.stride_w = stride;
+      const cuda::ConvPadding pad = cuda::conv_padding(p);
+      CHECK(pad.pad_h + pad.extra_top == p.pad_top);
+      CHECK(pad.pad_h + pad.extra_bottom == p.pad_bottom);
+      CHECK(pad.pad_w + pad.extra_left == p.pad_left);
+      CHECK(pad.pad_w + pad.extra_right == p.pad_right);
+      CHECK((pad.extra_top == 0 || pad.extra_bottom == 0));
+      CHECK(pad.explicit_zeros() == (q[0] != q[1] || q[2] != q[3]));
+
+      const int64_t N = 2, C = 3, K = 5, H = 7, W = 6, R = 3, S = 3;
+      const int64_t P = (H + q[0] + q[1] - R) / stride + 1, Q = (W + q[2] + q[3] - S) / stride + 1;
+      Buf x = random({N, C, H, W}, DType::f64, Layout::nchw, rng);
+      Buf w = random({K, C, R, S}, DType::f64, Layout::nchw, rng);
+      Buf dy = random({N, K, P, Q}, DType::f64, Layout::nchw, rng);
+      Conv2dParams sym = p;
+      sym.pad_top = sym.pad_bottom = pad.pad_h;
+      sym.pad_left = sym.pad_right = pad.pad_w;
+      const Buf xp = pad_explicitly(x, pad);
+      const std::string name = "pads " + shape_str({q[0], q[1], q[2], q[3]}) + " stride " + std::to_string(stride);
+
+      Buf y1 = make({N, K, P, Q}, DType::f64), y2 = like(y1);
+      ref().conv2d_forward(y1.v, x.v, w.v, nullptr, p);
+      ref().conv2d_forward(y2.v, xp.v, w.v, nullptr, sym);
+      CHECK(close(y2.v, y1.v, 1e-12, 1e-12, "forward " + name));
+
+      // Backward-data into the padded buffer, then its interior: dx.
+      Buf dx1 = like(x), dxp = like(xp);
+      ref().conv2d_backward_data(dx1.v, dy.v, w.v, p);
+      ref().conv2d_backward_data(dxp.v, dy.v, w.v, sym);
+      View interior = dxp.v;
+      interior.shape = x.v.shape;
+      interior.data = static_cast<char*>(dxp.v.data) +
+                      (pad.extra_top * dxp.v.strides[2] + pad.extra_left * dxp.v.strides[3]) * 8;
+      CHECK(close(interior, dx1.v, 1e-12, 1e-12, "backward data " + name));
+
+      Buf dw1 = like(w), dw2 = like(w);
+      ref().conv2d_backward_weights(dw1.v, nullptr, dy.v, x.v, p);
+      ref().conv2d_backward_weights(dw2.v, nullptr, dy.v, xp.v, sym);
+      CHECK(close(dw2.v, dw1.v, 1e-12, 1e-12, "backward weights " + name));
+    }
+  }
+}
+
+TEST_CASE("tensor descriptors: NCHW and channels-last dense views; others are copied") {
+  Buf nchw = make({2, 3, 5, 7}, DType::f32), nhwc = make({2, 3, 5, 7}, DType::f32, Layout::nhwc);
+  const auto a = cuda::tensor_dims(nchw.v), b = cuda::tensor_dims(nhwc.v);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->sizes == std::array<int, 4>{2, 3, 5, 7});
+  CHECK(a->strides == std::array<int, 4>{105, 35, 7, 1});
+  CHECK(b->strides == std::array<int, 4>{105, 1, 21, 3});
+  // Size-1 dims: any stride in the view, the dense layout's in the descriptor.
+  Buf one = make_strided({1, 4, 1, 1}, {999, 1, 77, 5}, DType::f32);
+  const auto c = cuda::tensor_dims(one.v);
+  REQUIRE(c);
+  CHECK(c->strides == std::array<int, 4>{4, 1, 1, 1});
+  // A broadcast (stride 0) and a transposed H/W have no descriptor.
+  CHECK_FALSE(cuda::tensor_dims(make_strided({2, 3, 5, 7}, {0, 35, 7, 1}, DType::f32).v));
+  CHECK_FALSE(cuda::tensor_dims(make_strided({2, 3, 5, 7}, {105, 35, 1, 5}, DType::f32).v));
+  CHECK_FALSE(cuda::tensor_dims(make({3, 5, 7}, DType::f32).v));
+  CHECK(cuda::filter_layout(make({4, 3, 3, 3}, DType::f32).v) == cuda::FilterLayout::nchw);
+  CHECK(cuda::filter_layout(make({4, 3, 3, 3}, DType::f32, Layout::nhwc).v) == cuda::FilterLayout::nhwc);
+  CHECK_FALSE(cuda::filter_layout(make_strided({4, 3, 3, 3}, {1, 4, 12, 36}, DType::f32).v));
+}
+
+TEST_CASE("the algorithm choice: fastest that ran, fits, and keeps f32 off TF32 unless allowed") {
+  const ConvCandidate c[] = {
+      {0, true, false, 3.0f, 0},
+      {1, false, false, 0.1f, 0},           // failed
+      {2, true, false, 1.0f, size_t{1} << 31},  // needs more workspace than allowed
+      {3, true, true, 0.5f, 1024},          // tensor cores
+      {4, true, false, 2.0f, 4096},
+  };
+  const size_t limit = size_t{1} << 30;
+  CHECK(cuda::choose_algorithm(c, 5, DType::f32, /*allow_tf32=*/false, limit)->algo == 4);
+  CHECK(cuda::choose_algorithm(c, 5, DType::f32, /*allow_tf32=*/true, limit)->algo == 3);
+  CHECK(cuda::choose_algorithm(c, 5, DType::f16, /*allow_tf32=*/false, limit)->algo == 3);
+  CHECK(cuda::choose_algorithm(c, 5, DType::f64, /*allow_tf32=*/true, limit)->algo == 4);
+  CHECK(cuda::choose_algorithm(c, 5, DType::f32, false, 0)->algo == 0);
+  CHECK_FALSE(cuda::choose_algorithm(c + 1, 1, DType::f32, true, limit));
+  CHECK_FALSE(cuda::choose_algorithm(c, 0, DType::f32, true, limit));
+}
+
+TEST_CASE("the algorithm cache key tells apart every input of the choice") {
+  cuda::ConvKey a;
+  a.x = *cuda::tensor_dims(make({2, 3, 5, 7}, DType::f32).v);
+  cuda::ConvKey b = a;
+  CHECK_FALSE(a < b);
+  CHECK_FALSE(b < a);
+  for (int change = 0; change < 6; ++change) {
+    cuda::ConvKey c = a;
+    if (change == 0) c.device = 1;
+    if (change == 1) c.direction = cuda::ConvDirection::backward_filter;
+    if (change == 2) c.dtype = DType::bf16;
+    if (change == 3) c.tf32 = true;
+    if (change == 4) c.x.strides[1] = 1;
+    if (change == 5) c.params[2] = 2;
+    CHECK(((a < c) || (c < a)));
+  }
+}
+
+}  // namespace
+}  // namespace ringflow
