@@ -2,8 +2,11 @@
 // CPU tensors run on the oneDNN table unless a KernelTableGuard is alive on this thread.
 #pragma once
 
+#include <utility>
+
 #include "framework/error.h"
 #include "kernels/backend.h"
+#include "kernels/cuda_devices.h"
 #include "kernels/device.h"
 
 namespace ringflow {
@@ -32,16 +35,30 @@ class ReferenceKernelsGuard : public KernelTableGuard {
   ReferenceKernelsGuard() : KernelTableGuard(reference_backend()) {}
 };
 
-// The kernel `entry` of the table for `device`; throws naming the op and the device
-// when that table has none.
+// A kernel of a table, called with its device current (DeviceScope, kernels/cuda_devices.h).
 template <class Fn>
-Fn kernel(Device device, Fn Backend::*entry, const char* op) {
+struct KernelCall;
+template <class R, class... Args>
+struct KernelCall<R (*)(Args...)> {
+  R (*fn)(Args...);
+  Device device;
+  template <class... A>
+  R operator()(A&&... args) const {
+    const DeviceScope scope(device);
+    return fn(std::forward<A>(args)...);
+  }
+};
+
+// The kernel `entry` of the table for `device`, to be called on that device; throws naming
+// the op and the device when that table has none.
+template <class Fn>
+KernelCall<Fn> kernel(Device device, Fn Backend::*entry, const char* op) {
   const Backend& backend = kernel_backend(device);
   Fn fn = backend.*entry;
   if (!fn)
     throw std::runtime_error(cat("op '", op, "' is not implemented on ", device.str(),
                                  " (kernel table '", backend.name, "')"));
-  return fn;
+  return {fn, device};
 }
 
 }  // namespace ringflow

@@ -1,11 +1,14 @@
 #include "framework/storage.h"
 
 #include "framework/dispatch.h"
+#include "kernels/cuda_devices.h"
 
 namespace ringflow {
 
 Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  if (nbytes_ > 0) data_ = device_backend(device_).allocate(nbytes_);
+  if (nbytes_ == 0) return;
+  const DeviceScope scope(device_);
+  data_ = device_backend(device_).allocate(nbytes_);
 }
 
 uint64_t Storage::fresh_version() {
@@ -14,6 +17,7 @@ uint64_t Storage::fresh_version() {
 }
 
 Storage::~Storage() {
+  // The CUDA allocator finds a block's device by its pointer, whatever device is current.
   if (data_) device_backend(device_).deallocate(data_, nbytes_);
 }
 

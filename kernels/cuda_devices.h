@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "kernels/device.h"
+
 namespace ringflow {
 
 // Number of usable CUDA devices; 0 with the reason in *why (if given) when there are none
@@ -16,5 +18,26 @@ int cuda_device_count(std::string* why = nullptr);
 // (NcclProcessGroup does so for the thread that constructs it). Throws std::runtime_error
 // naming the device and CUDA's message, or that ringflow was built without CUDA.
 void set_cuda_device(int index);
+
+// Makes `device` the calling thread's current CUDA device for the scope's lifetime, then
+// restores the previous one; does nothing for the CPU. framework/dispatch.h runs every
+// allocation and kernel call of a CUDA tensor inside one, so a tensor on cuda:1 lives and
+// computes on GPU 1 whatever device the thread has current. Throws as set_cuda_device.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device) {
+    if (device.is_cuda()) enter(device.index);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) leave();
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  void enter(int index);
+  void leave() noexcept;
+  int previous_ = -1;  // the device to restore, -1: none changed
+};
 
 }  // namespace ringflow

@@ -31,6 +31,9 @@ void set_cuda_device(int index) {
   throw std::runtime_error("set_cuda_device(" + std::to_string(index) + "): " + kWhy);
 }
 
+void DeviceScope::enter(int index) { set_cuda_device(index); }
+void DeviceScope::leave() noexcept {}
+
 void* allocate_pinned_host(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   throw std::runtime_error(std::string("pinned host memory: ") + kWhy);

@@ -1,9 +1,9 @@
-// out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32 and f64: one strided-batched
-// GEMM (Note [Row-major matmul on column-major cuBLAS] in gemm_plan.h). Operands whose
+// out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32, f64, f16 and bf16 (f32
+// accumulation): one strided-batched GEMM (Note [Row-major matmul on column-major cuBLAS] in gemm_plan.h). Operands whose
 // strides have no GEMM description are copied contiguous on the device first; an out that
 // is not row-major gets a contiguous temporary, copied into it afterwards.
-// f32 runs in full f32 (CUBLAS_DEFAULT_MATH does not use TF32 tensor cores), so results
-// compare with the CPU backend's, unless set_allow_tf32(true) (CUBLAS_TF32_TENSOR_OP_MATH).
+// f32 runs in full f32 (CUBLAS_COMPUTE_32F does not use TF32 tensor cores), so results
+// compare with the CPU backend's, unless set_allow_tf32(true) (CUBLAS_COMPUTE_32F_FAST_TF32).
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,24 +19,34 @@ namespace {
 
 cublasOperation_t op(const GemmOperand& x) { return x.transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
-  cublasHandle_t h = cublas_handle();
-  if (out.dtype == DType::f32) {
-    // Per call, so that set_allow_tf32 takes effect at once on every device's handle.
-    RF_CHECK_CUBLAS(
-        cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    const float one = 1, zero = 0;
-    RF_CHECK_CUBLAS(cublasSgemmStridedBatched_64(
-        h, op(p.a), op(p.b), p.m, p.n, p.k, &one, static_cast<const float*>(b.data), p.a.ld,
-        p.a.batch_stride, static_cast<const float*>(a.data), p.b.ld, p.b.batch_stride, &zero,
-        static_cast<float*>(out.data), p.c.ld, p.c.batch_stride, p.batch));
-  } else {
-    const double one = 1, zero = 0;
-    RF_CHECK_CUBLAS(cublasDgemmStridedBatched_64(
-        h, op(p.a), op(p.b), p.m, p.n, p.k, &one, static_cast<const double*>(b.data), p.a.ld,
-        p.a.batch_stride, static_cast<const double*>(a.data), p.b.ld, p.b.batch_stride, &zero,
-        static_cast<double*>(out.data), p.c.ld, p.c.batch_stride, p.batch));
+// The element type of a dtype, and the compute type: f32 accumulation for f32 (TF32 tensor
+// cores only when allow_tf32(), read per call so that no handle state is shared between
+// threads), f16 and bf16; f64 for f64.
+cudaDataType data_type(DType dt) {
+  switch (dt) {
+    case DType::f64: return CUDA_R_64F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
   }
+}
+cublasComputeType_t compute_type(DType dt) {
+  if (dt == DType::f64) return CUBLAS_COMPUTE_64F;
+  if (dt == DType::f32 && allow_tf32()) return CUBLAS_COMPUTE_32F_FAST_TF32;
+  return CUBLAS_COMPUTE_32F;
+}
+
+void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
+  const double one64 = 1, zero64 = 0;
+  const float one32 = 1, zero32 = 0;
+  const bool f64 = out.dtype == DType::f64;  // alpha and beta in the compute type
+  const cudaDataType t = data_type(out.dtype);
+  RF_CHECK_CUBLAS(cublasGemmStridedBatchedEx_64(
+      cublas_handle(), op(p.a), op(p.b), p.m, p.n, p.k,
+      f64 ? static_cast<const void*>(&one64) : &one32, b.data, t, p.a.ld, p.a.batch_stride,
+      a.data, t, p.b.ld, p.b.batch_stride, f64 ? static_cast<const void*>(&zero64) : &zero32,
+      out.data, t, p.c.ld, p.c.batch_stride, p.batch, compute_type(out.dtype),
+      CUBLAS_GEMM_DEFAULT));
 }
 
 // A row-major view of x's shape over a new `buffer`, not filled.
@@ -75,8 +85,8 @@ void check_args(const View& out, const View& a, const View& b) {
   if (a.dtype != out.dtype || b.dtype != out.dtype)
     fail(std::string("dtypes differ: ") + dtype_name(a.dtype) + " @ " + dtype_name(b.dtype) +
          " -> " + dtype_name(out.dtype));
-  if (out.dtype != DType::f32 && out.dtype != DType::f64)
-    fail(std::string("dtype ") + dtype_name(out.dtype) + " not implemented (f32 and f64 are)");
+  if (!is_floating(out.dtype))
+    fail(std::string("dtype ") + dtype_name(out.dtype) + " not implemented (f32, f64, f16, bf16 are)");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // cuda_device_count() for builds with CUDA: asks the runtime, and turns "no driver"
 // (error 35 on machines with only the stub libcuda) into 0 devices plus a reason; and
-// set_cuda_device().
+// set_cuda_device() and DeviceScope.
 #include "kernels/cuda_devices.h"
 
 #include <cuda_runtime_api.h>
@@ -32,5 +32,16 @@ void set_cuda_device(int index) {
                            cudaGetErrorString(status) + " (CUDA error " +
                            std::to_string(static_cast<int>(status)) + ")");
 }
+
+void DeviceScope::enter(int index) {
+  int current = 0;
+  const cudaError_t status = cudaGetDevice(&current);
+  if (status == cudaSuccess && current == index) return;
+  (void)cudaGetLastError();
+  set_cuda_device(index);
+  previous_ = status == cudaSuccess ? current : -1;
+}
+
+void DeviceScope::leave() noexcept { (void)cudaSetDevice(previous_); }
 
 }  // namespace ringflow
