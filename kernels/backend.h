@@ -47,6 +47,36 @@ struct Pool2dParams {
   bool count_include_pad = true;
 };
 
+// One parameter's share of a fused optimizer step: param, grad and state buffers of one
+// dtype and one memory layout (dense, same strides), numel elements each, on the table's
+// device. state[0] is SGD's momentum buffer (null without momentum) or Adam's exp_avg;
+// state[1] Adam's exp_avg_sq.
+struct OptimizerSlot {
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* state[2] = {nullptr, nullptr};
+  int64_t numel = 0;
+};
+
+// torch.optim.SGD's rule: d = g + weight_decay * p; buf = d on the first step, else
+// momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf (when
+// momentum != 0); p -= lr * d.
+struct SgdStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first = false;  // the momentum buffers are uninitialised: they take d
+};
+
+// torch.optim.Adam (coupled weight decay: g += wd * p) and AdamW (decoupled: p *= 1 - lr * wd):
+// m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+// p -= step_size * m / (sqrt(v) / bc2_sqrt + eps), step_size = lr / (1 - beta1^t),
+// bc2_sqrt = sqrt(1 - beta2^t).
+struct AdamStep {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool decoupled = false;
+  double step_size = 0, bc2_sqrt = 1;
+};
+
 struct Backend {
   const char* name = "?";
   // The framework then allocates 4-D activations (conv outputs) channels-last (NHWC).
@@ -115,6 +145,11 @@ struct Backend {
   void (*softmax_forward)(const View& y, const View& x, int64_t dim, bool log) = nullptr;
   void (*softmax_backward)(const View& dx, const View& dy, const View& y, int64_t dim,
                            bool log) = nullptr;
+
+  // Fused optimizer updates over many parameters at once (one launch on a GPU), floating
+  // dtypes; arithmetic in float (double for f64).
+  void (*sgd_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) = nullptr;
+  void (*adam_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& s) = nullptr;
 };
 
 // The tables. reference and cpu always exist; cuda_backend() returns null when ringflow

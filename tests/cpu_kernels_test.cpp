@@ -25,116 +25,8 @@ const Backend& cpu() { return cpu_backend(); }
 const Backend& ref() { return reference_backend(); }
 
 // ---------------------------------------------------------------- conv
-struct ConvCase {
-  int64_t N, C, K, H, W, R, S;
-  Conv2dParams p;
-  Layout lx, ly;
-  DType dt;
-};
-
-std::string conv_name(const ConvCase& c) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "N%lld C%lld K%lld H%lld W%lld k%lldx%lld s%lld,%lld pad t%lld b%lld l%lld r%lld d%lld,%lld %s->%s %s",
-                (long long)c.N, (long long)c.C, (long long)c.K, (long long)c.H, (long long)c.W,
-                (long long)c.R, (long long)c.S, (long long)c.p.stride_h, (long long)c.p.stride_w,
-                (long long)c.p.pad_top, (long long)c.p.pad_bottom, (long long)c.p.pad_left,
-                (long long)c.p.pad_right, (long long)c.p.dilation_h, (long long)c.p.dilation_w,
-                layout_name(c.lx), layout_name(c.ly), dtype_name(c.dt));
-  return buf;
-}
-
-bool conv_output(const ConvCase& c, int64_t& P, int64_t& Q) {
-  const int64_t eh = (c.R - 1) * c.p.dilation_h + 1, ew = (c.S - 1) * c.p.dilation_w + 1;
-  const int64_t hh = c.H + c.p.pad_top + c.p.pad_bottom - eh, ww = c.W + c.p.pad_left + c.p.pad_right - ew;
-  if (hh < 0 || ww < 0) return false;
-  P = hh / c.p.stride_h + 1;
-  Q = ww / c.p.stride_w + 1;
-  return true;
-}
-
-// Runs forward, backward-data and backward-weights(+bias) on both backends.
-bool check_conv(const ConvCase& c, std::mt19937& rng) {
-  int64_t P, Q;
-  if (!conv_output(c, P, Q)) return true;
-  const std::string name = conv_name(c);
-  Buf x = random({c.N, c.C, c.H, c.W}, c.dt, c.lx, rng);
-  Buf w = random({c.K, c.C, c.R, c.S}, c.dt, Layout::nchw, rng);
-  Buf bias = random({c.K}, c.dt, Layout::nchw, rng);
-  Buf dy = random({c.N, c.K, P, Q}, c.dt, c.ly, rng);
-  Buf y = make({c.N, c.K, P, Q}, c.dt, c.ly);
-  Buf y1 = like(y), y2 = like(y);
-  cpu().conv2d_forward(y1.v, x.v, w.v, &bias.v, c.p);
-  ref().conv2d_forward(y2.v, x.v, w.v, &bias.v, c.p);
-  bool ok = close(y1.v, y2.v, rtol_of(c.dt), atol_of(c.dt, double(c.C * c.R * c.S)), "conv fwd " + name);
-
-  Buf dx1 = like(x), dx2 = like(x);
-  cpu().conv2d_backward_data(dx1.v, dy.v, w.v, c.p);
-  ref().conv2d_backward_data(dx2.v, dy.v, w.v, c.p);
-  ok &= close(dx1.v, dx2.v, rtol_of(c.dt), atol_of(c.dt, double(c.K * c.R * c.S)), "conv bwd data " + name);
-
-  Buf dw1 = like(w), dw2 = like(w), db1 = like(bias), db2 = like(bias);
-  cpu().conv2d_backward_weights(dw1.v, &db1.v, dy.v, x.v, c.p);
-  ref().conv2d_backward_weights(dw2.v, &db2.v, dy.v, x.v, c.p);
-  ok &= close(dw1.v, dw2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd weights " + name);
-  ok &= close(db1.v, db2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd bias " + name);
-  return ok;
-}
-
 TEST_CASE("conv2d forward / backward-data / backward-weights match the reference") {
-  std::mt19937 rng(1);
-  const int64_t kernels[][2] = {{1, 1}, {3, 3}, {1, 7}, {7, 1}, {5, 5}};
-  const int64_t Ns[] = {1, 3}, Cs[] = {1, 3, 16, 17}, Ks[] = {1, 16, 3, 17}, HWs[] = {1, 5, 7, 13};
-  int cases = 0, failed = 0, variant = 0;
-  for (DType dt : {DType::f32, DType::bf16}) {
-    for (auto& k : kernels) {
-      for (int64_t stride : {1, 2}) {
-        for (int64_t dil : {1, 2}) {
-          for (int lay = 0; lay < 4; ++lay) {
-            if (dt == DType::bf16 && (lay == 1 || lay == 2 || dil == 2)) continue;  // keep bf16 short
-            ConvCase c;
-            const int v = variant++;
-            c.N = Ns[v % 2];
-            c.C = Cs[v % 4];
-            c.K = Ks[(v / 4) % 4];
-            c.H = HWs[(v / 2) % 4] + (k[0] > 1 ? 6 : 0);
-            c.W = HWs[(v / 3) % 4] + (k[1] > 1 ? 6 : 0);
-            c.R = k[0];
-            c.S = k[1];
-            c.p.stride_h = c.p.stride_w = stride;
-            c.p.dilation_h = c.p.dilation_w = dil;
-            c.p.pad_top = (k[0] / 2);
-            c.p.pad_bottom = v % 3 == 0 ? 0 : k[0] / 2 + (k[0] > 1 ? 1 : 0);  // asymmetric
-            c.p.pad_left = k[1] / 2;
-            c.p.pad_right = v % 2 == 0 ? k[1] / 2 : 0;
-            c.lx = (lay & 1) ? Layout::nhwc : Layout::nchw;
-            c.ly = (lay & 2) ? Layout::nhwc : Layout::nchw;
-            c.dt = dt;
-            ++cases;
-            if (!check_conv(c, rng)) ++failed;
-          }
-        }
-      }
-    }
-  }
-  // Sizes 1 and odd spatial sizes with 1x1 and 3x3, channels-last, explicitly.
-  for (int64_t H : {1, 5, 7, 13}) {
-    for (int64_t C : {1, 3, 16, 17}) {
-      ConvCase c{3, C, 17, H, H, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
-      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
-      ++cases;
-      if (!check_conv(c, rng)) ++failed;
-    }
-  }
-  // Large enough that im2col + sgemm backward-weights (conv_gemm.cpp) runs in two chunks.
-  {
-    ConvCase c{40, 512, 8, 4, 4, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
-    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
-    ++cases;
-    if (!check_conv(c, rng)) ++failed;
-  }
-  MESSAGE(cases << " conv cases");
-  CHECK(failed == 0);
+  CHECK(sweep_conv(cpu(), {DType::f32, DType::bf16}, /*large=*/true));
 }
 
 // The shapes of VGG/ResNet's 3x3 layers, where ConvAlgorithm::automatic lets oneDNN pick
@@ -153,7 +45,7 @@ TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference"
     for (Layout layout : {Layout::nhwc, Layout::nchw}) {
       ConvCase c{32, 64, 64, 16, 16, 3, 3, {}, layout, layout, DType::f32};
       c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
-      CHECK(check_conv(c, rng));
+      CHECK(check_conv(cpu(), c, rng));
     }
   }
   CHECK(conv_algorithm_from_name("direct") == ConvAlgorithm::direct);
@@ -212,6 +104,9 @@ TEST_CASE("unary / binary / where over same-layout, per-channel and scalar opera
 }
 TEST_CASE("copy (relayout, dtype conversion) and fill") {
   CHECK(sweep_copy(cpu(), {DType::f32, DType::bf16, DType::i64}));
+}
+TEST_CASE("fused SGD, Adam and AdamW steps match the reference") {
+  CHECK(sweep_optimizers(cpu(), {DType::f32, DType::f64, DType::bf16}));
 }
 TEST_CASE("reduce sum / mean (and fallbacks) over dims of NCHW and NHWC tensors") {
   CHECK(sweep_reduce(cpu(), {DType::f32}));

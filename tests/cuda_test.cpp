@@ -5,7 +5,6 @@
 // always runs and checks what a build without a device must still do.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -174,9 +173,9 @@ TEST_CASE("cuda table and device count say what this build and machine have") {
   CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f32, {1, 2, 3}), make_view(m, DType::f32, {1, 2, 4}),
                                     make_view(m, DType::f32, {1, 5, 3})),
                        doctest::Contains("matmul on cuda: shapes do not match"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::f16, {1, 2, 3}), make_view(m, DType::f16, {1, 2, 4}),
-                                    make_view(m, DType::f16, {1, 4, 3})),
-                       doctest::Contains("dtype f16 not implemented"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cuda->matmul(make_view(m, DType::i32, {1, 2, 3}), make_view(m, DType::i32, {1, 2, 4}),
+                                    make_view(m, DType::i32, {1, 4, 3})),
+                       doctest::Contains("dtype i32 not implemented"), std::invalid_argument);
   float x[2] = {};
   CHECK_THROWS_AS(cuda->copy(make_view(x, DType::f32, {2}), make_view(x, DType::f32, {1})),
                   std::invalid_argument);
@@ -393,7 +392,7 @@ TEST_CASE("copy_between_devices stages converting and non-dense copies" *
   }
 }
 
-TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" *
+TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and every float dtype" *
           doctest::skip(kNoDevice)) {
   const Backend& cuda = *cuda_backend();
   struct Dims {
@@ -410,7 +409,7 @@ TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" 
   };
   const char* operand_layouts[] = {"row-major", "transposed", "broadcast batch", "every other element"};
   const char* out_layouts[] = {"row-major", "transposed"};
-  for (DType dt : {DType::f32, DType::f64}) {
+  for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
     for (const Dims& d : sizes) {
       for (const char* la : operand_layouts) {
         for (const char* lb : operand_layouts) {
@@ -435,86 +434,12 @@ TEST_CASE("cuBLAS matmul matches the reference over layouts, sizes and f32/f64" 
             upload(b_dev, b);
             cuda.fill(out_dev.flat(), 0.0);
             cuda.matmul(out_dev.view(shape_o, so), a_dev.view(shape_a, sa), b_dev.view(shape_b, sb));
-            // Multiples of 1/8 with sums far below 2^24: exact whatever the order of additions.
+            // Multiples of 1/8 with sums far below 2^24: exact whatever the order of additions
+            // (f16/bf16: the inputs are exact in 16 bits, and the f32 sum is rounded once).
             CHECK(first_mismatch(download(out_dev), expected) == -1);
           }
         }
       }
-    }
-  }
-}
-
-// Largest |a - b| over the largest |b| (b: the reference), both holding `dtype` values.
-double max_rel_error(const HostBuf& a, const HostBuf& b) {
-  std::vector<double> x(a.elements), y(b.elements);
-  reference_backend().copy(make_view(x.data(), DType::f64, {a.elements}), make_view(const_cast<unsigned char*>(a.mem.data()), a.dtype, {a.elements}));
-  reference_backend().copy(make_view(y.data(), DType::f64, {b.elements}), make_view(const_cast<unsigned char*>(b.mem.data()), b.dtype, {b.elements}));
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::fabs(x[i] - y[i]));
-    scale = std::max(scale, std::fabs(y[i]));
-  }
-  return diff / scale;
-}
-
-TEST_CASE("cuDNN convolutions match the reference: padding, stride, dilation, layouts, dtypes" *
-          doctest::skip(kNoDevice)) {
-  const Backend& cuda = *cuda_backend();
-  struct Case {
-    int64_t N, C, K, H, W, R, S, stride, dilation, top, bottom, left, right;
-    bool channels_last;
-  };
-  const Case cases[] = {
-      {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false}, {2, 3, 5, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, false},
-      {3, 17, 16, 13, 11, 3, 3, 2, 1, 1, 1, 1, 1, true}, {2, 16, 17, 9, 9, 3, 3, 1, 2, 2, 2, 2, 2, false},
-      {2, 5, 7, 8, 7, 3, 3, 1, 1, 0, 1, 2, 0, false},    {1, 4, 3, 10, 10, 7, 7, 2, 1, 3, 3, 3, 3, true},
-      {2, 3, 4, 7, 7, 1, 7, 1, 1, 0, 0, 3, 3, false}};
-  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
-    const double tol = dt == DType::f32 ? 1e-5 : dt == DType::f16 ? 5e-3 : 3e-2;
-    for (const Case& c : cases) {
-      const int64_t eh = (c.R - 1) * c.dilation + 1, ew = (c.S - 1) * c.dilation + 1;
-      const int64_t P = (c.H + c.top + c.bottom - eh) / c.stride + 1;
-      const int64_t Q = (c.W + c.left + c.right - ew) / c.stride + 1;
-      Conv2dParams p;
-      p.stride_h = p.stride_w = c.stride;
-      p.dilation_h = p.dilation_w = c.dilation;
-      p.pad_top = c.top;
-      p.pad_bottom = c.bottom;
-      p.pad_left = c.left;
-      p.pad_right = c.right;
-      const Shape xs = {c.N, c.C, c.H, c.W}, ws = {c.K, c.C, c.R, c.S}, ys = {c.N, c.K, P, Q};
-      const auto layout = [&](const Shape& s) {
-        return c.channels_last ? Shape{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]} : contiguous_strides(s);
-      };
-      const int64_t nx = c.N * c.C * c.H * c.W, nw = c.K * c.C * c.R * c.S, ny = c.N * c.K * P * Q;
-      HostBuf x = host_values(dt, nx, [](int64_t i) { return 0.25 * (i % 9) - 1; });
-      HostBuf w = host_values(dt, nw, [](int64_t i) { return 0.125 * (i % 13) - 0.75; });
-      HostBuf b = host_values(dt, c.K, [](int64_t i) { return 0.5 * i - 1; });
-      HostBuf dy = host_values(dt, ny, [](int64_t i) { return 0.25 * (i % 5) - 0.5; });
-      HostBuf y_ref(dt, ny), dx_ref(dt, nx), dw_ref(dt, nw), db_ref(dt, c.K);
-      const Backend& ref = reference_backend();
-      const View b_ref = b.flat();
-      ref.conv2d_forward(y_ref.view(ys, layout(ys)), x.view(xs, layout(xs)), w.view(ws), &b_ref, p);
-      ref.conv2d_backward_data(dx_ref.view(xs, layout(xs)), dy.view(ys, layout(ys)), w.view(ws), p);
-      const View db_ref_view = db_ref.flat();
-      ref.conv2d_backward_weights(dw_ref.view(ws), &db_ref_view, dy.view(ys, layout(ys)), x.view(xs, layout(xs)), p);
-
-      DeviceBuf xd(dt, nx), wd(dt, nw), bd(dt, c.K), dyd(dt, ny), yd(dt, ny), dxd(dt, nx), dwd(dt, nw), dbd(dt, c.K);
-      upload(xd, x);
-      upload(wd, w);
-      upload(bd, b);
-      upload(dyd, dy);
-      const View bias = bd.flat(), db = dbd.flat();
-      cuda.conv2d_forward(yd.view(ys, layout(ys)), xd.view(xs, layout(xs)), wd.view(ws), &bias, p);
-      cuda.conv2d_backward_data(dxd.view(xs, layout(xs)), dyd.view(ys, layout(ys)), wd.view(ws), p);
-      cuda.conv2d_backward_weights(dwd.view(ws), &db, dyd.view(ys, layout(ys)), xd.view(xs, layout(xs)), p);
-      CAPTURE(dtype_name(dt));
-      CAPTURE(shape_str(xs));
-      CAPTURE(shape_str({c.stride, c.dilation, c.top, c.bottom, c.left, c.right}));
-      CHECK(max_rel_error(download(yd), y_ref) <= tol);
-      CHECK(max_rel_error(download(dxd), dx_ref) <= tol);
-      CHECK(max_rel_error(download(dwd), dw_ref) <= tol);
-      CHECK(max_rel_error(download(dbd), db_ref) <= tol);
     }
   }
 }

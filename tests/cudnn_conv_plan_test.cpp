@@ -106,20 +106,22 @@ TEST_CASE("tensor descriptors: NCHW and channels-last dense views; others are co
   CHECK_FALSE(cuda::filter_layout(make_strided({4, 3, 3, 3}, {1, 4, 12, 36}, DType::f32).v));
 }
 
-TEST_CASE("the algorithm choice: fastest that ran, fits, and keeps f32 off TF32 unless allowed") {
+TEST_CASE("the algorithm choice: fastest that ran, fits, and keeps f32 on FMA math unless TF32 is allowed") {
+  using cuda::ConvMath;
   const ConvCandidate c[] = {
-      {0, true, false, 3.0f, 0},
-      {1, false, false, 0.1f, 0},           // failed
-      {2, true, false, 1.0f, size_t{1} << 31},  // needs more workspace than allowed
-      {3, true, true, 0.5f, 1024},          // tensor cores
-      {4, true, false, 2.0f, 4096},
+      {0, true, ConvMath::fma, 3.0f, 0},
+      {1, false, ConvMath::fma, 0.1f, 0},                     // failed
+      {2, true, ConvMath::fma, 1.0f, size_t{1} << 31},        // more workspace than allowed
+      {3, true, ConvMath::tensor_ops, 0.5f, 1024},            // tensor cores
+      {4, true, ConvMath::fma, 2.0f, 4096},
+      {5, true, ConvMath::default_math, 1.5f, 0},             // may be TF32 for f32
   };
   const size_t limit = size_t{1} << 30;
-  CHECK(cuda::choose_algorithm(c, 5, DType::f32, /*allow_tf32=*/false, limit)->algo == 4);
-  CHECK(cuda::choose_algorithm(c, 5, DType::f32, /*allow_tf32=*/true, limit)->algo == 3);
-  CHECK(cuda::choose_algorithm(c, 5, DType::f16, /*allow_tf32=*/false, limit)->algo == 3);
-  CHECK(cuda::choose_algorithm(c, 5, DType::f64, /*allow_tf32=*/true, limit)->algo == 4);
-  CHECK(cuda::choose_algorithm(c, 5, DType::f32, false, 0)->algo == 0);
+  CHECK(cuda::choose_algorithm(c, 6, DType::f32, /*allow_tf32=*/false, limit)->algo == 4);
+  CHECK(cuda::choose_algorithm(c, 6, DType::f32, /*allow_tf32=*/true, limit)->algo == 3);
+  CHECK(cuda::choose_algorithm(c, 6, DType::f16, /*allow_tf32=*/false, limit)->algo == 3);
+  CHECK(cuda::choose_algorithm(c, 6, DType::f64, /*allow_tf32=*/true, limit)->algo == 5);
+  CHECK(cuda::choose_algorithm(c, 6, DType::f32, false, 0)->algo == 0);
   CHECK_FALSE(cuda::choose_algorithm(c + 1, 1, DType::f32, true, limit));
   CHECK_FALSE(cuda::choose_algorithm(c, 0, DType::f32, true, limit));
 }

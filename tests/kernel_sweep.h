@@ -161,6 +161,120 @@ inline int64_t pool_out(int64_t H, int64_t k, int64_t s, int64_t p, bool ceil_mo
   return P;
 }
 
+struct ConvCase {
+  int64_t N, C, K, H, W, R, S;
+  Conv2dParams p;
+  Layout lx, ly;
+  DType dt;
+};
+
+inline std::string conv_name(const ConvCase& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "N%lld C%lld K%lld H%lld W%lld k%lldx%lld s%lld,%lld pad t%lld b%lld l%lld r%lld d%lld,%lld %s->%s %s",
+                (long long)c.N, (long long)c.C, (long long)c.K, (long long)c.H, (long long)c.W,
+                (long long)c.R, (long long)c.S, (long long)c.p.stride_h, (long long)c.p.stride_w,
+                (long long)c.p.pad_top, (long long)c.p.pad_bottom, (long long)c.p.pad_left,
+                (long long)c.p.pad_right, (long long)c.p.dilation_h, (long long)c.p.dilation_w,
+                layout_name(c.lx), layout_name(c.ly), dtype_name(c.dt));
+  return buf;
+}
+
+inline bool conv_output(const ConvCase& c, int64_t& P, int64_t& Q) {
+  const int64_t eh = (c.R - 1) * c.p.dilation_h + 1, ew = (c.S - 1) * c.p.dilation_w + 1;
+  const int64_t hh = c.H + c.p.pad_top + c.p.pad_bottom - eh, ww = c.W + c.p.pad_left + c.p.pad_right - ew;
+  if (hh < 0 || ww < 0) return false;
+  P = hh / c.p.stride_h + 1;
+  Q = ww / c.p.stride_w + 1;
+  return true;
+}
+
+// Runs forward, backward-data and backward-weights(+bias) on k and the reference.
+inline bool check_conv(const Backend& k, const ConvCase& c, std::mt19937& rng) {
+  int64_t P, Q;
+  if (!conv_output(c, P, Q)) return true;
+  const std::string name = conv_name(c);
+  Buf x = random({c.N, c.C, c.H, c.W}, c.dt, c.lx, rng);
+  Buf w = random({c.K, c.C, c.R, c.S}, c.dt, Layout::nchw, rng);
+  Buf bias = random({c.K}, c.dt, Layout::nchw, rng);
+  Buf dy = random({c.N, c.K, P, Q}, c.dt, c.ly, rng);
+  Buf y = make({c.N, c.K, P, Q}, c.dt, c.ly);
+  Buf y1 = like(y), y2 = like(y);
+  k.conv2d_forward(y1.v, x.v, w.v, &bias.v, c.p);
+  reference_backend().conv2d_forward(y2.v, x.v, w.v, &bias.v, c.p);
+  bool ok = close(y1.v, y2.v, rtol_of(c.dt), atol_of(c.dt, double(c.C * c.R * c.S)), "conv fwd " + name);
+
+  Buf dx1 = like(x), dx2 = like(x);
+  k.conv2d_backward_data(dx1.v, dy.v, w.v, c.p);
+  reference_backend().conv2d_backward_data(dx2.v, dy.v, w.v, c.p);
+  ok &= close(dx1.v, dx2.v, rtol_of(c.dt), atol_of(c.dt, double(c.K * c.R * c.S)), "conv bwd data " + name);
+
+  Buf dw1 = like(w), dw2 = like(w), db1 = like(bias), db2 = like(bias);
+  k.conv2d_backward_weights(dw1.v, &db1.v, dy.v, x.v, c.p);
+  reference_backend().conv2d_backward_weights(dw2.v, &db2.v, dy.v, x.v, c.p);
+  ok &= close(dw1.v, dw2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd weights " + name);
+  ok &= close(db1.v, db2.v, rtol_of(c.dt), atol_of(c.dt, double(c.N * P * Q)), "conv bwd bias " + name);
+  return ok;
+}
+
+// Convolutions over kernel sizes, strides, dilations, asymmetric padding and layouts; with
+// `large`, also a layer big enough for the CPU's chunked backward-weights.
+inline bool sweep_conv(const Backend& k, const std::vector<DType>& dtypes, bool large) {
+  std::mt19937 rng(1);
+  const int64_t kernel_sizes[][2] = {{1, 1}, {3, 3}, {1, 7}, {7, 1}, {5, 5}};
+  const int64_t Ns[] = {1, 3}, Cs[] = {1, 3, 16, 17}, Ks[] = {1, 16, 3, 17}, HWs[] = {1, 5, 7, 13};
+  int cases = 0, failed = 0, variant = 0;
+  for (DType dt : dtypes) {
+    for (auto& ks : kernel_sizes) {
+      for (int64_t stride : {1, 2}) {
+        for (int64_t dil : {1, 2}) {
+          for (int lay = 0; lay < 4; ++lay) {
+            if (dt != DType::f32 && (lay == 1 || lay == 2 || dil == 2)) continue;  // keep 16 and 64 bits short
+            ConvCase c;
+            const int v = variant++;
+            c.N = Ns[v % 2];
+            c.C = Cs[v % 4];
+            c.K = Ks[(v / 4) % 4];
+            c.H = HWs[(v / 2) % 4] + (ks[0] > 1 ? 6 : 0);
+            c.W = HWs[(v / 3) % 4] + (ks[1] > 1 ? 6 : 0);
+            c.R = ks[0];
+            c.S = ks[1];
+            c.p.stride_h = c.p.stride_w = stride;
+            c.p.dilation_h = c.p.dilation_w = dil;
+            c.p.pad_top = (ks[0] / 2);
+            c.p.pad_bottom = v % 3 == 0 ? 0 : ks[0] / 2 + (ks[0] > 1 ? 1 : 0);  // asymmetric
+            c.p.pad_left = ks[1] / 2;
+            c.p.pad_right = v % 2 == 0 ? ks[1] / 2 : 0;
+            c.lx = (lay & 1) ? Layout::nhwc : Layout::nchw;
+            c.ly = (lay & 2) ? Layout::nhwc : Layout::nchw;
+            c.dt = dt;
+            ++cases;
+            if (!check_conv(k, c, rng)) ++failed;
+          }
+        }
+      }
+    }
+  }
+  // Sizes 1 and odd spatial sizes with 1x1 and 3x3, channels-last, explicitly.
+  for (int64_t H : {1, 5, 7, 13}) {
+    for (int64_t C : {1, 3, 16, 17}) {
+      ConvCase c{3, C, 17, H, H, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
+      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+      ++cases;
+      if (!check_conv(k, c, rng)) ++failed;
+    }
+  }
+  // Large enough that im2col + sgemm backward-weights (conv_gemm.cpp) runs in two chunks.
+  if (large) {
+    ConvCase c{40, 512, 8, 4, 4, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    ++cases;
+    if (!check_conv(k, c, rng)) ++failed;
+  }
+  MESSAGE(cases << " conv cases");
+  return failed == 0;
+}
+
 // Max and average pooling with ceil_mode and count_include_pad.
 inline bool sweep_pooling(const Backend& k, const std::vector<DType>& dtypes) {
   std::mt19937 rng(3);
@@ -446,5 +560,68 @@ inline bool sweep_reduce(const Backend& k, const std::vector<DType>& dtypes) {
   return failed == 0;
 }
 
+
+// Fused SGD (momentum, dampening, Nesterov, weight decay, first step) and Adam/AdamW steps
+// over lists of parameters with sizes 0, 1, odd and past one chunk, longer than one launch
+// takes (kMaxSlots 40 on the GPU).
+inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(9);
+  int failed = 0, cases = 0;
+  const int64_t sizes[] = {1, 0, 7, 4099, 33, 17000, 2, 64};
+  for (DType dt : dtypes) {
+    for (int n_slots : {1, 8, 45}) {
+      // Each parameter: param, grad, two states, for each table.
+      std::vector<Buf> mine, theirs;
+      std::vector<OptimizerSlot> a, b;
+      for (int i = 0; i < n_slots; ++i) {
+        const int64_t n = sizes[i % 8] + i;
+        OptimizerSlot sa, sb;
+        Buf bufs[4];
+        for (int j = 0; j < 4; ++j) bufs[j] = random({n}, dt, Layout::nchw, rng, j == 3 ? 0 : -1, 1);
+        for (int j = 0; j < 4; ++j) {
+          Buf copy = make({n}, dt);
+          std::memcpy(copy.mem.data(), bufs[j].mem.data(), bufs[j].mem.size());
+          theirs.push_back(std::move(copy));
+          mine.push_back(std::move(bufs[j]));
+        }
+        const size_t base = mine.size() - 4;
+        sa = {mine[base].v.data, mine[base + 1].v.data, {mine[base + 2].v.data, mine[base + 3].v.data}, n};
+        sb = {theirs[base].v.data, theirs[base + 1].v.data, {theirs[base + 2].v.data, theirs[base + 3].v.data}, n};
+        a.push_back(sa);
+        b.push_back(sb);
+      }
+      const auto compare = [&](const std::string& what) {
+        bool ok = true;
+        for (size_t i = 0; i < mine.size(); ++i)
+          ok &= close(mine[i].v, theirs[i].v, rtol_of(dt), atol_of(dt, 4),
+                      what + " " + dtype_name(dt) + " buffer " + std::to_string(i));
+        ++cases;
+        if (!ok) ++failed;
+      };
+      for (int variant = 0; variant < 4; ++variant) {
+        SgdStep h{0.1, variant == 0 ? 0.0 : 0.9, variant == 2 ? 0.3 : 0.0, variant == 1 ? 0.0 : 1e-2,
+                  variant == 3, /*first=*/variant == 1};
+        std::vector<OptimizerSlot> sa = a, sb = b;
+        if (h.momentum == 0)
+          for (auto* v : {&sa, &sb})
+            for (OptimizerSlot& s : *v) s.state[0] = nullptr;
+        k.sgd_step(dt, sa, h);
+        reference_backend().sgd_step(dt, sb, h);
+        compare("sgd variant " + std::to_string(variant));
+      }
+      for (bool decoupled : {false, true}) {
+        for (double t : {1.0, 7.0}) {
+          const AdamStep h{1e-2, 0.9, 0.999, 1e-8, 0.05, decoupled, 1e-2 / (1 - std::pow(0.9, t)),
+                           std::sqrt(1 - std::pow(0.999, t))};
+          k.adam_step(dt, a, h);
+          reference_backend().adam_step(dt, b, h);
+          compare(std::string(decoupled ? "adamw" : "adam") + " t " + std::to_string(t));
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " optimizer cases");
+  return failed == 0;
+}
 
 }  // namespace ringflow::sweep

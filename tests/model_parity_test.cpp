@@ -23,6 +23,7 @@
 
 #include "kernels/simt/host_backend.h"
 #include "models/registry.h"
+#include "tests/cuda_skip.h"
 #include "tests/torch_compare.h"
 
 using namespace ringflow;
@@ -123,8 +124,9 @@ void compare(const Tensor& got, const SafetensorsFile& f, const std::string& nam
   worst->sum = std::max(worst->sum, e_sum);
 }
 
-// On the cpu kernels, or on `table` (over host memory) when given.
-void check_model(const std::string& model_name, const Backend* table = nullptr) {
+// On the cpu kernels, or on `table` (over host memory) when given, or on `device`.
+void check_model(const std::string& model_name, const Backend* table = nullptr,
+                 Device device = Device::cpu()) {
   std::optional<KernelTableGuard> guard;
   if (table) guard.emplace(*table);
   const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
@@ -138,11 +140,12 @@ void check_model(const std::string& model_name, const Backend* table = nullptr) 
 
   auto model = models::make_model(model_name);
   model->load_state_dict(initial_state(*model));
+  model->to(device);
   model->train();
   const int64_t x_key = std::stoll(f.metadata.at("x_key"));
   const Tensor x =
-      from_vector(hash_uniform(batch * 3 * 32 * 32, x_key), {batch, 3, 32, 32}, DType::f32);
-  const Tensor y = from_vector(labels, {batch}, DType::i64);
+      from_vector(hash_uniform(batch * 3 * 32 * 32, x_key), {batch, 3, 32, 32}, DType::f32).to(device);
+  const Tensor y = from_vector(labels, {batch}, DType::i64).to(device);
   optim::SGD sgd(model->parameters(), {.lr = std::stod(f.metadata.at("lr")),
                                        .momentum = std::stod(f.metadata.at("momentum")),
                                        .weight_decay = std::stod(f.metadata.at("weight_decay"))});
@@ -217,4 +220,13 @@ TEST_CASE("VGG-11 (CIFAR, BN) on the CUDA backend's own kernels, run on the host
 
 TEST_CASE("ResNet-18 (CIFAR) on the CUDA backend's own kernels, run on the host") {
   check_model("resnet18_cifar", &simt_host_backend());
+}
+
+// The same steps on a GPU: cuDNN, cuBLAS and the own kernels of the CUDA table.
+TEST_CASE("VGG-11 (CIFAR, BN) on cuda" * doctest::skip(kNoDevice)) {
+  check_model("vgg11_cifar", nullptr, Device::cuda());
+}
+
+TEST_CASE("ResNet-18 (CIFAR) on cuda" * doctest::skip(kNoDevice)) {
+  check_model("resnet18_cifar", nullptr, Device::cuda());
 }

@@ -1,15 +1,18 @@
 // The CUDA backend's own kernels (kernels/simt/), run on the CPU by HostExec over the launch
 // grids the GPU would use, against reference_backend(): the sweeps cpu_kernels_test runs on
-// the CPU table, in f32, f64, f16 and bf16; the ops only this table has (argmax, gather,
-// scatter_add, adaptive pooling, integer ops); grids larger than one launch (grid-stride
-// loops); rows longer than a block. And the CUDA table itself: no entry the models use is
-// missing. No GPU needed.
+// the CPU table (direct convolutions, pooling, batch norm, softmax, elementwise, copy,
+// reductions, fused optimizer steps) in f32, f64, f16 and bf16; the ops only this table has
+// (argmax, gather, scatter_add, adaptive pooling, integer ops); grids larger than one launch
+// (grid-stride loops); rows longer than a block. And the CUDA table itself: no entry the
+// models use is missing. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <limits>
 
 #include "kernels/cuda_devices.h"
+#include "kernels/simt/conv.h"
 #include "kernels/simt/host_backend.h"
+#include "kernels/simt/host_exec.h"
 #include "kernels/simt/simt.h"
 #include "tests/kernel_sweep.h"
 
@@ -22,6 +25,12 @@ const Backend& simt() { return simt_host_backend(); }
 const Backend& ref() { return reference_backend(); }
 const std::vector<DType> kFloats = {DType::f32, DType::f64, DType::f16, DType::bf16};
 
+TEST_CASE("direct convolutions (the GPU's without cuDNN): the sweep, every floating dtype") {
+  Backend table = simt();
+  simt::set_conv_kernels<simt::HostExec>(table);
+  CHECK(sweep_conv(table, kFloats, /*large=*/false));
+}
+
 TEST_CASE("pooling, batch norm, softmax: the sweeps, every floating dtype") {
   CHECK(sweep_pooling(simt(), kFloats));
   CHECK(sweep_batch_norm(simt(), kFloats));
@@ -32,6 +41,10 @@ TEST_CASE("unary, binary, where, copy, fill, reduce: the sweeps, every dtype") {
   CHECK(sweep_elementwise(simt(), kFloats));
   CHECK(sweep_copy(simt(), {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}));
   CHECK(sweep_reduce(simt(), kFloats));
+}
+
+TEST_CASE("fused SGD, Adam and AdamW over many parameters: the sweep, every floating dtype") {
+  CHECK(sweep_optimizers(simt(), kFloats));
 }
 
 TEST_CASE("integer elementwise ops and reductions are exact") {
@@ -196,7 +209,7 @@ TEST_CASE("the CUDA kernel table has every entry the models need") {
   RF_NEED(avg_pool2d_forward); RF_NEED(avg_pool2d_backward); RF_NEED(adaptive_avg_pool2d_forward);
   RF_NEED(adaptive_avg_pool2d_backward); RF_NEED(batch_norm_forward_train);
   RF_NEED(batch_norm_forward_eval); RF_NEED(batch_norm_backward); RF_NEED(softmax_forward);
-  RF_NEED(softmax_backward);
+  RF_NEED(softmax_backward); RF_NEED(sgd_step); RF_NEED(adam_step);
 #undef RF_NEED
   std::string list;
   for (const std::string& m : missing) list += " " + m;

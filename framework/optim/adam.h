@@ -32,6 +32,7 @@ class Adam : public Optimizer {
  private:
   AdamOptions options_;
   bool decoupled_;  // AdamW
+  AdamStep constants(double t) const;  // the step's constants at step count t
 };
 
 // Adam with decoupled weight decay; PyTorch's default weight_decay for AdamW is 1e-2.

@@ -94,15 +94,26 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   lr_ = lr;
 }
 
-bool same_dense_cpu_layout(const std::vector<Tensor>& tensors) {
+bool FusedStep::add(const std::vector<Tensor>& tensors) {
   const Tensor& first = tensors.front();
-  if (!first.defined() || !first.device().is_cpu()) return false;
-  if (first.dtype() != DType::f32 && first.dtype() != DType::f64) return false;
+  if (!first.defined() || !is_floating(first.dtype())) return false;
   if (!first.is_contiguous() && !first.is_channels_last()) return false;
   for (const Tensor& t : tensors)
-    if (!t.defined() || !t.device().is_cpu() || t.dtype() != first.dtype() ||
+    if (!t.defined() || t.device() != first.device() || t.dtype() != first.dtype() ||
         t.shape() != first.shape() || t.strides() != first.strides())
       return false;
+  Group* group = nullptr;
+  for (Group& g : groups_)
+    if (g.device == first.device() && g.dtype == first.dtype()) group = &g;
+  if (!group) group = &groups_.emplace_back(Group{first.device(), first.dtype(), {}, {}});
+  OptimizerSlot slot;
+  slot.param = first.kernel_view().data;
+  slot.grad = tensors[1].kernel_view().data;
+  for (size_t k = 2; k < tensors.size() && k < 4; ++k) slot.state[k - 2] = tensors[k].kernel_view().data;
+  slot.numel = first.numel();
+  group->slots.push_back(slot);
+  group->written.push_back(first);
+  for (size_t k = 2; k < tensors.size(); ++k) group->written.push_back(tensors[k]);
   return true;
 }
 

@@ -3,9 +3,9 @@
 // state (momentum buffers, Adam moments) as named tensors, so that a checkpoint can save
 // and restore it with the model (state_dict / load_state_dict).
 //
-// step() runs under NoGradGuard with in-place updates: on CPU tensors of f32/f64 that share
-// one dense layout with their gradient and state, a fused loop per parameter (no
-// temporaries); elsewhere the same rule composed of tensor ops (any device).
+// step() runs under NoGradGuard with in-place updates: parameters that share one dense
+// layout with their gradient and state go to the device's fused kernel, all at once
+// (FusedStep); others get the same rule composed of tensor ops.
 // Parameters whose .grad is undefined are skipped, as in PyTorch.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/dispatch.h"
 #include "framework/tensor.h"
 
 namespace ringflow::optim {
@@ -58,8 +59,37 @@ class Optimizer {
   double lr_;
 };
 
-// True when the fused CPU loop applies: every tensor is a defined f32/f64 cpu tensor of the
-// first one's dtype, shape and strides, and dense (contiguous or channels-last).
-bool same_dense_cpu_layout(const std::vector<Tensor>& tensors);
+// The parameters of one step that go to the device's fused optimizer kernel
+// (Backend::sgd_step, adam_step): those whose tensors (param, grad, state...) are defined,
+// floating, on one device, of one dtype, shape and dense layout. One kernel call per
+// (device, dtype) runs them all; the rest are composed of tensor ops by the caller.
+class FusedStep {
+ public:
+  // Takes {param, grad, state0[, state1]} when they fuse; false when they do not.
+  bool add(const std::vector<Tensor>& tensors);
+  // Runs the kernel `entry` with `step` over every group, then marks the written tensors.
+  template <class Step>
+  void run(void (*Backend::*entry)(DType, const std::vector<OptimizerSlot>&, const Step&),
+           const char* op, const Step& step);
+
+ private:
+  struct Group {
+    Device device;
+    DType dtype;
+    std::vector<OptimizerSlot> slots;
+    std::vector<Tensor> written;  // params and states, versions bumped after the kernel
+  };
+  std::vector<Group> groups_;
+};
+
+template <class Step>
+void FusedStep::run(void (*Backend::*entry)(DType, const std::vector<OptimizerSlot>&, const Step&),
+                    const char* op, const Step& step) {
+  for (Group& g : groups_) {
+    kernel(g.device, entry, op)(g.dtype, g.slots, step);
+    for (const Tensor& t : g.written) t.storage()->bump_version();
+  }
+  groups_.clear();
+}
 
 }  // namespace ringflow::optim

@@ -33,6 +33,8 @@ const Backend& cpu_backend() {
     b.batch_norm_backward = cpu::batch_norm_backward;
     b.softmax_forward = cpu::softmax_forward;
     b.softmax_backward = cpu::softmax_backward;
+    b.sgd_step = cpu::sgd_step;
+    b.adam_step = cpu::adam_step;
     return b;
   }();
   return table;

@@ -44,6 +44,10 @@ void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, 
                          double eps);
 void softmax_forward(const View& y, const View& x, int64_t dim, bool log);
 void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim, bool log);
+
+// optim.cpp
+void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h);
+void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
 // relu / relu_backward through oneDNN eltwise; false when the operands do not fit.
 bool eltwise_relu(const View& out, const View& in);
 bool eltwise_relu_backward(const View& dx, const View& dy, const View& x);

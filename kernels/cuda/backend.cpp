@@ -1,5 +1,6 @@
 // The CUDA backend table: memory (the caching allocator, allocator.cpp), the own kernels of
-// kernels/simt/ (simt_*.cu), matmul on cuBLAS, convolutions on cuDNN. Streams: Note [CUDA streams] in cuda_kernels.h.
+// kernels/simt/ (simt_*.cu), matmul on cuBLAS, convolutions on cuDNN
+// (or own kernels without it). Streams: Note [CUDA streams] in cuda_kernels.h.
 #include "kernels/backend.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -33,10 +34,9 @@ const Backend* cuda_backend() {
     cuda::set_index_kernels(b);
     cuda::set_pool_kernels(b);
     cuda::set_batch_norm_kernels(b);
+    cuda::set_optimizer_kernels(b);
     b.matmul = cuda::matmul;
-    b.conv2d_forward = cuda::conv2d_forward;
-    b.conv2d_backward_data = cuda::conv2d_backward_data;
-    b.conv2d_backward_weights = cuda::conv2d_backward_weights;
+    cuda::set_conv_kernels(b);
     return b;
   }();
   return &table;

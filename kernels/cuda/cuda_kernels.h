@@ -17,7 +17,7 @@
 namespace ringflow::cuda {
 
 // simt_*.cu: the kernels of kernels/simt/ (elementwise, reductions, softmax, gather and
-// scatter_add, pooling, batch norm) put into a table, run by DeviceExec. copy and fill also
+// scatter_add, pooling, batch norm, fused optimizer steps) put into a table, run by DeviceExec. copy and fill also
 // serve the rest of the backend (staging, temporaries).
 void set_elementwise_kernels(Backend& b);
 void set_reduce_kernels(Backend& b);
@@ -25,20 +25,18 @@ void set_softmax_kernels(Backend& b);
 void set_index_kernels(Backend& b);
 void set_pool_kernels(Backend& b);
 void set_batch_norm_kernels(Backend& b);
+void set_optimizer_kernels(Backend& b);
 void copy(const View& dst, const View& src);
 void fill(const View& dst, double value);
 
-// matmul.cpp: out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32 and f64, any
-// strides (batch stride 0 broadcasts); other dtypes throw std::invalid_argument.
+// matmul.cpp: out (B, M, N) = a (B, M, K) @ b (B, K, N) on cuBLAS, f32, f64, f16 and bf16
+// (f32 accumulation), any strides (batch stride 0 broadcasts); integers throw
+// std::invalid_argument.
 void matmul(const View& out, const View& a, const View& b);
 
-// cudnn_conv.cpp: convolutions on cuDNN, as the Backend entries of the same names, f32, f64,
-// f16 and bf16, any strides (copied dense where cuDNN cannot take them), asymmetric padding.
-void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
-                    const Conv2dParams& p);
-void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
-void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
-                             const Conv2dParams& p);
+// The conv entries: cuDNN's (cudnn_conv.cpp) in a build with cuDNN, else the direct
+// kernels of kernels/simt/conv.h (simt_conv.cu). Meson builds one of the two.
+void set_conv_kernels(Backend& b);
 
 // allocator.cpp: the caching allocator of the current device, for the legacy default
 // stream. deallocate never throws (a failure is reported on stderr); nbytes is not needed.

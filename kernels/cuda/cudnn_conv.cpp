@@ -32,9 +32,9 @@ cudnnDataType_t data_type(DType dt) {
   }
 }
 
-cudnnMathType_t math_type(DType dt) {
+cudnnMathType_t math_type(DType dt, bool tf32) {
   if (dt == DType::f64) return CUDNN_DEFAULT_MATH;
-  if (dt == DType::f32) return allow_tf32() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  if (dt == DType::f32) return tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   return CUDNN_TENSOR_OP_MATH;
 }
 
@@ -120,13 +120,13 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const ConvPadding& pad, const Conv2dParams& p, DType dt) {
+  ConvDesc(const ConvPadding& pad, const Conv2dParams& p, DType dt, bool tf32) {
     RF_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(&d));
     RF_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
         d, static_cast<int>(pad.pad_h), static_cast<int>(pad.pad_w), static_cast<int>(p.stride_h),
         static_cast<int>(p.stride_w), static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
         CUDNN_CROSS_CORRELATION, dt == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
-    RF_CHECK_CUDNN(cudnnSetConvolutionMathType(d, math_type(dt)));
+    RF_CHECK_CUDNN(cudnnSetConvolutionMathType(d, math_type(dt, tf32)));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
@@ -135,6 +135,7 @@ struct ConvDesc {
 
 // The operands of one call, made describable, with their descriptors.
 struct Call {
+  bool tf32 = allow_tf32();  // read once per call, first: the descriptor and the key agree
   View x, w, y;  // y: the convolution's output (dy for the backward passes)
   TensorDesc xd, yd;
   FilterDesc wd;
@@ -142,11 +143,11 @@ struct Call {
   ConvKey key;
   Call(const View& x_, const View& w_, const View& y_, const ConvPadding& pad,
        const Conv2dParams& p, ConvDirection direction)
-      : x(x_), w(w_), y(y_), xd(x), yd(y), wd(w), cd(pad, p, x.dtype) {
+      : x(x_), w(w_), y(y_), xd(x), yd(y), wd(w), cd(pad, p, x.dtype, tf32) {
     RF_CHECK_CUDA(cudaGetDevice(&key.device));
     key.direction = direction;
     key.dtype = x.dtype;
-    key.tf32 = allow_tf32();
+    key.tf32 = tf32;
     key.x = *tensor_dims(x);
     key.y = *tensor_dims(y);
     key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
@@ -159,13 +160,20 @@ struct Call {
 struct Chosen {
   int algo;
   size_t workspace;
+  cudnnMathType_t math;  // the candidate's: set on the descriptor before the call
 };
 
 template <class Perf>
 ConvCandidate candidate(const Perf& r) {
-  return {static_cast<int>(r.algo), r.status == CUDNN_STATUS_SUCCESS,
-          r.mathType == CUDNN_TENSOR_OP_MATH || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
-          r.time, r.memory};
+  ConvCandidate c;
+  c.algo = static_cast<int>(r.algo);
+  c.ok = r.status == CUDNN_STATUS_SUCCESS;
+  c.math = r.mathType == CUDNN_FMA_MATH        ? ConvMath::fma
+           : r.mathType == CUDNN_DEFAULT_MATH ? ConvMath::default_math
+                                              : ConvMath::tensor_ops;
+  c.time_ms = r.time;
+  c.workspace = r.memory;
+  return c;
 }
 
 // The cached algorithm for call.key, measured by `find` (which fills up to 16 Perf results
@@ -188,13 +196,18 @@ Chosen choose(const Call& call, const char* op, Find&& find) {
     find(results, &count, workspace.data(), limit);
   }
   ConvCandidate candidates[16];
-  for (int i = 0; i < count; ++i) candidates[i] = candidate(results[i]);
+  cudnnMathType_t maths[16];
+  for (int i = 0; i < count; ++i) {
+    candidates[i] = candidate(results[i]);
+    candidates[i].index = i;
+    maths[i] = results[i].mathType;
+  }
   const auto best = choose_algorithm(candidates, count, call.key.dtype, call.key.tf32, limit);
   if (!best)
     throw std::runtime_error(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
                              shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
                              dtype_name(call.x.dtype));
-  const Chosen chosen{best->algo, best->workspace};
+  const Chosen chosen{best->algo, best->workspace, maths[best->index]};
   std::lock_guard lock(mutex);
   cache->emplace(call.key, chosen);
   return chosen;
@@ -210,6 +223,9 @@ void check_conv(const View& x, const View& w, const View& y, const Conv2dParams&
   if (x.dtype != w.dtype || x.dtype != y.dtype)
     fail(std::string("dtypes differ: ") + dtype_name(x.dtype) + ", " + dtype_name(w.dtype) + ", " + dtype_name(y.dtype));
   (void)data_type(x.dtype);
+  if (p.stride_h < 1 || p.stride_w < 1 || p.dilation_h < 1 || p.dilation_w < 1 ||
+      p.pad_top < 0 || p.pad_bottom < 0 || p.pad_left < 0 || p.pad_right < 0)
+    fail("stride and dilation must be positive and padding non-negative");
   const int64_t eh = (w.shape[2] - 1) * p.dilation_h + 1, ew = (w.shape[3] - 1) * p.dilation_w + 1;
   const int64_t P = (x.shape[2] + p.pad_top + p.pad_bottom - eh) / p.stride_h + 1;
   const int64_t Q = (x.shape[3] + p.pad_left + p.pad_right - ew) / p.stride_w + 1;
@@ -226,8 +242,6 @@ View filter_operand(const View& w, std::optional<DeviceBuffer>& buffer) {
   copy(d, w);
   return d;
 }
-
-}  // namespace
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
@@ -246,6 +260,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
             h, call.xd.d, xv.data, call.wd.d, wv.data, call.cd.d, call.yd.d, yv.data, 16, n, r, ws, size));
       });
   const Scalars s(x.dtype);
+  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));  // as measured
   DeviceBuffer workspace(c.workspace);
   RF_CHECK_CUDNN(cudnnConvolutionForward(h, s.one(), call.xd.d, xv.data, call.wd.d, wv.data,
                                          call.cd.d, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
@@ -282,6 +297,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
         RF_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
             h, call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d, call.xd.d, dxv.data, 16, n, r, ws, size));
       });
+  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));
   DeviceBuffer workspace(c.workspace);
   RF_CHECK_CUDNN(cudnnConvolutionBackwardData(
       h, s.one(), call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d,
@@ -312,6 +328,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
         RF_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             h, call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d, call.wd.d, dwv.data, 16, n, r, ws, size));
       });
+  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));
   DeviceBuffer workspace(c.workspace);
   RF_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
       h, s.one(), call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d,
@@ -325,6 +342,14 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     const TensorDesc bd(*db, 0);
     RF_CHECK_CUDNN(cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data));
   }
+}
+
+}  // namespace
+
+void set_conv_kernels(Backend& b) {
+  b.conv2d_forward = conv2d_forward;
+  b.conv2d_backward_data = conv2d_backward_data;
+  b.conv2d_backward_weights = conv2d_backward_weights;
 }
 
 }  // namespace ringflow::cuda

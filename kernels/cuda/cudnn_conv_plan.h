@@ -94,18 +94,24 @@ struct ConvKey {
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
 
+// cuDNN's math types: FMA only; default (which may use TF32 for f32 on Ampere and later);
+// tensor cores (TF32 for f32).
+enum class ConvMath { fma, default_math, tensor_ops };
+
 // One of cuDNN's measured candidates, reduced to what the choice needs.
 struct ConvCandidate {
   int algo = 0;
-  bool ok = false;          // status CUDNN_STATUS_SUCCESS
-  bool tensor_ops = false;  // math type CUDNN_TENSOR_OP_MATH (TF32 for f32 inputs)
+  bool ok = false;  // status CUDNN_STATUS_SUCCESS
+  ConvMath math = ConvMath::fma;
   float time_ms = 0;
-  size_t workspace = 0;     // bytes
+  size_t workspace = 0;  // bytes
+  int index = 0;         // position in cuDNN's list
 };
 
-// The fastest candidate that ran, fits the workspace limit and uses tensor cores on f32 only
-// when TF32 is allowed (16-bit dtypes always may). cuDNN lists candidates fastest first, but
-// the choice does not rely on it. nullopt when none qualifies.
+// The fastest candidate that ran and fits the workspace limit; for f32 without TF32 only FMA
+// math qualifies (default math may use TF32), f64 never takes tensor cores, 16-bit dtypes
+// take any. cuDNN lists candidates fastest first, but the choice does not rely on it.
+// nullopt when none qualifies.
 inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candidates, int count,
                                                      DType dtype, bool allow_tf32,
                                                      size_t workspace_limit) {
@@ -113,8 +119,8 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
   for (int i = 0; i < count; ++i) {
     const ConvCandidate& c = candidates[i];
     if (!c.ok || c.workspace > workspace_limit) continue;
-    if (c.tensor_ops && dtype == DType::f32 && !allow_tf32) continue;
-    if (dtype == DType::f64 && c.tensor_ops) continue;
+    if (dtype == DType::f32 && !allow_tf32 && c.math != ConvMath::fma) continue;
+    if (dtype == DType::f64 && c.math == ConvMath::tensor_ops) continue;
     if (!best || c.time_ms < best->time_ms) best = c;
   }
   return best;

@@ -35,6 +35,8 @@ const Backend& reference_backend() {
     b.batch_norm_backward = reference::batch_norm_backward;
     b.softmax_forward = reference::softmax_forward;
     b.softmax_backward = reference::softmax_backward;
+    b.sgd_step = reference::sgd_step;
+    b.adam_step = reference::adam_step;
     return b;
   }();
   return table;

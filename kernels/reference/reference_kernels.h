@@ -78,4 +78,8 @@ void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta,
 void softmax_forward(const View& y, const View& x, int64_t dim, bool log);
 void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim, bool log);
 
+// optim.cpp
+void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h);
+void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
+
 }  // namespace ringflow::reference

@@ -4,6 +4,7 @@
 #include "kernels/simt/elementwise.h"
 #include "kernels/simt/host_exec.h"
 #include "kernels/simt/index.h"
+#include "kernels/simt/optimizer.h"
 #include "kernels/simt/pool.h"
 #include "kernels/simt/reduce.h"
 #include "kernels/simt/softmax.h"
@@ -20,6 +21,7 @@ const Backend& simt_host_backend() {
     simt::set_index_kernels<simt::HostExec>(b);
     simt::set_pool_kernels<simt::HostExec>(b);
     simt::set_batch_norm_kernels<simt::HostExec>(b);
+    simt::set_optimizer_kernels<simt::HostExec>(b);
     return b;
   }();
   return table;

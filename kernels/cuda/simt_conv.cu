@@ -1,0 +1,11 @@
+// The direct convolutions (kernels/simt/conv.h) instantiated for the GPU: the conv entries
+// of a build without cuDNN.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_exec.cuh"
+#include "kernels/simt/conv.h"
+
+namespace ringflow::cuda {
+
+void set_conv_kernels(Backend& b) { simt::set_conv_kernels<simt::DeviceExec>(b); }
+
+}  // namespace ringflow::cuda

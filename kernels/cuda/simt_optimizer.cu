@@ -1,0 +1,10 @@
+// The SIMT optimizer kernels (kernels/simt/optimizer.h) instantiated for the GPU.
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_exec.cuh"
+#include "kernels/simt/optimizer.h"
+
+namespace ringflow::cuda {
+
+void set_optimizer_kernels(Backend& b) { simt::set_optimizer_kernels<simt::DeviceExec>(b); }
+
+}  // namespace ringflow::cuda

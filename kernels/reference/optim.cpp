@@ -1,0 +1,67 @@
+// Fused optimizer steps (kernels/backend.h's SgdStep and AdamStep), element by element in
+// double, any floating dtype: the oracle for the CPU and CUDA versions.
+#include <cmath>
+
+#include "kernels/reference/reference_kernels.h"
+#include "kernels/reference/strided.h"
+
+namespace ringflow::reference {
+
+using strided::load_f64;
+using strided::store_f64;
+
+namespace {
+
+// A dense 1-D view of n elements of `dtype` at p (null p: an empty view).
+View flat(const void* p, DType dtype, int64_t n) {
+  View v;
+  v.data = const_cast<void*>(p);
+  v.dtype = dtype;
+  v.shape = {n};
+  v.strides = {1};
+  return v;
+}
+
+}  // namespace
+
+void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
+  check(is_floating(dtype), "sgd_step", std::string("needs a floating dtype, got ") + dtype_name(dtype));
+  for (const OptimizerSlot& s : slots) {
+    const View p = flat(s.param, dtype, s.numel), g = flat(s.grad, dtype, s.numel);
+    const View buf = flat(s.state[0], dtype, s.numel);
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const double pi = load_f64(p, i);
+      double d = load_f64(g, i);
+      if (h.weight_decay != 0) d += h.weight_decay * pi;
+      if (s.state[0]) {
+        const double b = h.first ? d : load_f64(buf, i) * h.momentum + (1 - h.dampening) * d;
+        store_f64(buf, i, b);
+        d = h.nesterov ? d + h.momentum * b : b;
+      }
+      store_f64(p, i, pi - h.lr * d);
+    }
+  }
+}
+
+void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h) {
+  check(is_floating(dtype), "adam_step", std::string("needs a floating dtype, got ") + dtype_name(dtype));
+  for (const OptimizerSlot& s : slots) {
+    check(s.state[0] && s.state[1], "adam_step", "a slot lacks exp_avg or exp_avg_sq");
+    const View p = flat(s.param, dtype, s.numel), g = flat(s.grad, dtype, s.numel);
+    const View m = flat(s.state[0], dtype, s.numel), v = flat(s.state[1], dtype, s.numel);
+    for (int64_t i = 0; i < s.numel; ++i) {
+      double pi = load_f64(p, i), gi = load_f64(g, i);
+      if (h.weight_decay != 0) {
+        if (h.decoupled) pi *= 1 - h.lr * h.weight_decay;
+        else gi += h.weight_decay * pi;
+      }
+      const double mi = load_f64(m, i) * h.beta1 + (1 - h.beta1) * gi;
+      const double vi = load_f64(v, i) * h.beta2 + (1 - h.beta2) * gi * gi;
+      store_f64(m, i, mi);
+      store_f64(v, i, vi);
+      store_f64(p, i, pi - h.step_size * (mi / (std::sqrt(vi) / h.bc2_sqrt + h.eps)));
+    }
+  }
+}
+
+}  // namespace ringflow::reference

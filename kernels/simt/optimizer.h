@@ -1,0 +1,144 @@
+// Fused multi-tensor optimizer updates (SGD with momentum, Nesterov and weight decay; Adam;
+// AdamW), the rules of kernels/backend.h's SgdStep and AdamStep. Many parameters go in one
+// launch: each is cut into chunks of kChunk elements, one block per chunk, and a block finds
+// its parameter in a table of up to kMaxSlots passed with the launch (longer lists take
+// several launches). Arithmetic in float (double for f64), one rounding per stored value.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/simt/check.h"
+#include "kernels/simt/simt.h"
+
+namespace ringflow::simt {
+
+constexpr int kMaxSlots = 40;        // parameters per launch: the table fits a launch's 4 KB
+constexpr int64_t kChunk = 16 * kBlock;  // elements per block
+
+struct SlotTable {
+  int count = 0;
+  OptimizerSlot slots[kMaxSlots];
+  int64_t first_chunk[kMaxSlots + 1] = {};  // chunks before slot i; [count]: all chunks
+
+  // The slot of chunk c, and the chunk's first element in it.
+  RF_HD int slot_of(int64_t c, int64_t& start) const {
+    int s = 0;
+    while (c >= first_chunk[s + 1]) ++s;
+    start = (c - first_chunk[s]) * kChunk;
+    return s;
+  }
+};
+
+template <class T>
+struct SgdBody {
+  SlotTable table;
+  SgdStep h;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t chunk) const {
+    using A = acc_t<T>;
+    int64_t start;
+    const OptimizerSlot& s = table.slots[table.slot_of(chunk, start)];
+    T* p = static_cast<T*>(s.param) + start;
+    const T* g = static_cast<const T*>(s.grad) + start;
+    T* buf = s.state[0] ? static_cast<T*>(s.state[0]) + start : nullptr;
+    const int64_t len = s.numel - start < kChunk ? s.numel - start : kChunk;
+    const A lr = static_cast<A>(h.lr), wd = static_cast<A>(h.weight_decay);
+    const A mom = static_cast<A>(h.momentum), keep = static_cast<A>(1 - h.dampening);
+    block.for_each(len, [&](int64_t i) {
+      const A pi = load(p[i]);
+      A d = load(g[i]);
+      if (h.weight_decay != 0) d = d + wd * pi;
+      if (buf) {
+        const A b = h.first ? d : load(buf[i]) * mom + keep * d;
+        buf[i] = store<T>(b);
+        d = h.nesterov ? d + mom * b : b;
+      }
+      p[i] = store<T>(pi - lr * d);
+    });
+  }
+};
+
+template <class T>
+struct AdamBody {
+  SlotTable table;
+  AdamStep h;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t chunk) const {
+    using A = acc_t<T>;
+    int64_t start;
+    const OptimizerSlot& s = table.slots[table.slot_of(chunk, start)];
+    T* p = static_cast<T*>(s.param) + start;
+    const T* g = static_cast<const T*>(s.grad) + start;
+    T* m = static_cast<T*>(s.state[0]) + start;
+    T* v = static_cast<T*>(s.state[1]) + start;
+    const int64_t len = s.numel - start < kChunk ? s.numel - start : kChunk;
+    const A wd = static_cast<A>(h.weight_decay), decay = static_cast<A>(1 - h.lr * h.weight_decay);
+    const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
+    const A a1 = static_cast<A>(1 - h.beta1), a2 = static_cast<A>(1 - h.beta2);
+    const A eps = static_cast<A>(h.eps), bc2 = static_cast<A>(h.bc2_sqrt);
+    const A step = static_cast<A>(h.step_size);
+    const bool coupled = !h.decoupled && h.weight_decay != 0;
+    const bool decoupled = h.decoupled && h.weight_decay != 0;
+    block.for_each(len, [&](int64_t i) {
+      A pi = load(p[i]);
+      if (decoupled) pi = pi * decay;
+      A gi = load(g[i]);
+      if (coupled) gi = gi + wd * pi;
+      const A mi = load(m[i]) * b1 + a1 * gi;
+      const A vi = load(v[i]) * b2 + a2 * gi * gi;
+      m[i] = store<T>(mi);
+      v[i] = store<T>(vi);
+      p[i] = store<T>(pi - step * (mi / (simt::sqrt(vi) / bc2 + eps)));
+    });
+  }
+};
+
+// Runs body over `slots` in launches of at most kMaxSlots parameters.
+template <class Exec, class Body, class Step>
+void multi_tensor(const Exec& exec, const std::vector<OptimizerSlot>& slots, const Step& h,
+                  const char* op) {
+  for (size_t first = 0; first < slots.size(); first += kMaxSlots) {
+    Body body{};
+    body.h = h;
+    const size_t n = std::min<size_t>(kMaxSlots, slots.size() - first);
+    for (size_t i = 0; i < n; ++i) {
+      const OptimizerSlot& s = slots[first + i];
+      check(s.numel >= 0 && s.param && s.grad, op, "slot " + std::to_string(first + i) +
+                                                       " lacks its parameter or gradient");
+      body.table.slots[i] = s;
+      body.table.first_chunk[i + 1] = body.table.first_chunk[i] + (s.numel + kChunk - 1) / kChunk;
+    }
+    body.table.count = static_cast<int>(n);
+    exec.rows(body.table.first_chunk[n], body);
+  }
+}
+
+template <class Fn>
+void visit_optimizer_dtype(DType dtype, const char* op, Fn&& fn) {
+  check(is_floating(dtype), op, std::string("needs a floating dtype, got ") + dtype_name(dtype));
+  visit_dtype(dtype, [&](auto tag) {
+    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
+  });
+}
+
+template <class Exec>
+void set_optimizer_kernels(Backend& b) {
+  b.sgd_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
+    visit_optimizer_dtype(dtype, "sgd_step", [&](auto tag) {
+      multi_tensor<Exec, SgdBody<decltype(tag)>>(Exec{}, slots, h, "sgd_step");
+    });
+  };
+  b.adam_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h) {
+    visit_optimizer_dtype(dtype, "adam_step", [&](auto tag) {
+      for (const OptimizerSlot& s : slots)
+        check(s.state[0] && s.state[1], "adam_step", "a slot lacks exp_avg or exp_avg_sq");
+      multi_tensor<Exec, AdamBody<decltype(tag)>>(Exec{}, slots, h, "adam_step");
+    });
+  };
+}
+
+}  // namespace ringflow::simt
