@@ -26,9 +26,11 @@
 #include <tuple>
 #include <vector>
 
+#include "apps/device_choice.h"
 #include "apps/gradient_sync.h"
 #include "apps/trace.h"
 #include "comm/mpi_process_group.h"
+#include "comm/nccl_process_group.h"
 #include "framework/ringflow.h"
 #include "models/registry.h"
 
@@ -48,6 +50,7 @@ struct Flags {
   int warmup_epochs = 0;
   int threads = 0;
   std::string conv_algo = "auto";
+  std::string device = "auto", backend = "auto";
   uint64_t seed = 0;
   int log_every = 20;
   int64_t max_iters = 0;
@@ -368,11 +371,12 @@ struct Evaluation {
   int64_t correct, total;
 };
 
-Evaluation evaluate(nn::Module& model, data::DataLoader& loader) {
+Evaluation evaluate(nn::Module& model, data::DataLoader& loader, data::BatchToDevice& to_device) {
   NoGradGuard no_grad;
   model.eval();
   Evaluation e{0, 0, 0};
-  for (const data::Batch& b : loader.epoch(0)) {
+  for (const data::Batch& host_batch : loader.epoch(0)) {
+    const data::Batch b = to_device(host_batch);
     const Tensor logits = model(b.images);
     e.loss += cross_entropy(logits, b.labels, Reduction::sum).item();
     e.correct += static_cast<int64_t>(sum(eq(argmax(logits, 1), b.labels)).item());
@@ -418,6 +422,10 @@ void trace_step(apps::TraceWriter& trace, int64_t epoch, int64_t step, int64_t g
 
 int run(const Flags& f) {
   const apps::SyncMode mode = apps::sync_mode_from_name(f.sync);
+  // Before anything heavy: a device that cannot be had fails here, naming the flag.
+  const apps::DeviceChoice dev = apps::choose_device(f.device, apps::local_rank_from_env());
+  const std::string backend = apps::choose_backend(f.backend, dev.device, f.algo);
+  if (dev.device.is_cuda()) set_cuda_device(dev.device.index);
   const comm::Timeout comm_timeout(static_cast<int64_t>(f.comm_timeout_s * 1000));
   std::shared_ptr<comm::ProcessGroup> pg;
   std::string transport;  // what our allreduce algorithms talk through
@@ -440,6 +448,12 @@ int run(const Flags& f) {
           transport, group->why_not_tcp().empty() ? "" : ": " + group->why_not_tcp()));
     pg = group;
   }
+  // The gradients' group: NCCL's over the MPI group, which keeps the CPU-side statistics.
+  std::shared_ptr<comm::ProcessGroup> grad_pg = pg;
+  if (pg && backend == "nccl")
+    grad_pg = std::make_shared<comm::NcclProcessGroup>(
+        static_cast<comm::MpiProcessGroup&>(*pg),
+        comm::NcclProcessGroupOptions{.device = dev.device.index, .timeout = comm_timeout});
   const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
   const bool lead = rank == 0;  // prints, evaluates, writes checkpoints and metrics
 
@@ -463,7 +477,9 @@ int run(const Flags& f) {
   manual_seed(f.seed);
   const Shape input = models::model_input_shape(f.model);
   nn::ModulePtr model = models::make_model(f.model);
+  model->to(dev.device);  // in place: the optimizer and the sync hold the same tensors
   const Data d = open_data(f, input);
+  data::BatchToDevice to_device(dev.device);
   std::shared_ptr<const data::Sampler> sampler;
   if (pg) {
     sampler = std::make_shared<data::DistributedSampler>(
@@ -497,7 +513,7 @@ int run(const Flags& f) {
     if (lead) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f.resume, pos.epoch, pos.iteration);
   }
   // Collective from here on: rank 0's state everywhere.
-  apps::GradientSync sync(model, pg, {.mode = mode, .algorithm = algorithm_from_flag(f.algo),
+  apps::GradientSync sync(model, grad_pg, {.mode = mode, .algorithm = algorithm_from_flag(f.algo),
                                       .bucket_cap_mb = f.bucket_cap_mb, .comm_hook = f.comm_hook,
                                       .find_unused_parameters = f.find_unused,
                                       .timeout = comm_timeout});
@@ -505,12 +521,13 @@ int run(const Flags& f) {
   const int64_t steps = f.max_iters > 0 ? std::min(f.max_iters, train_loader.num_batches() / f.grad_accum)
                                         : train_loader.num_batches() / f.grad_accum;
   if (lead) {
-    fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads\n", f.model,
-               model->num_parameters(), f.dataset, d.train->size(), d.test->size(), num_threads());
+    fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads; device {}\n",
+               f.model, model->num_parameters(), f.dataset, d.train->size(), d.test->size(),
+               num_threads(), dev.note);
     if (pg)
       fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
                  "micro-batches); algorithm {} over {}{}\n", f.sync, world, local_batch,
-                 global_batch, f.grad_accum, f.algo, transport,
+                 global_batch, f.grad_accum, f.algo, backend == "nccl" ? "NCCL" : transport,
                  mode == apps::SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
                                                            f.bucket_cap_mb, f.comm_hook)
                                              : "");
@@ -548,6 +565,7 @@ int run(const Flags& f) {
           ran_out = true;
           break;
         }
+        batch = to_device(batch);  // on a GPU: queued behind the previous step's kernels
         t[1] = Clock::now();
         const Tensor logits = sync.forward(batch.images, last);
         Tensor loss = cross_entropy(logits, batch.labels);
@@ -669,7 +687,7 @@ int run(const Flags& f) {
                  100.0 * a.correct / std::max<int64_t>(1, a.seen));
       if (f.eval_every > 0 && (epoch % f.eval_every == 0 || epoch == f.epochs)) {
         const auto eval_start = Clock::now();
-        const Evaluation e = evaluate(*model, test_loader);  // the model itself: local
+        const Evaluation e = evaluate(*model, test_loader, to_device);  // the model itself: local
         trace.span(apps::Track::compute, "evaluate", "epoch", eval_start, Clock::now(),
                    {{"epoch", epoch}});
         fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
@@ -722,6 +740,10 @@ int main(int argc, char** argv) {
   app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
                  "included) or direct (the plain sum, as PyTorch's)")
       ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
+  app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
+                 "(the GPU when one is usable, else the CPU)")->capture_default_str();
+  app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
+                 "(nccl on a GPU)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0);
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();

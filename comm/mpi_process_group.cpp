@@ -42,10 +42,12 @@
 // Note [CUDA tensors over MPI]: our algorithms and MPI's collectives work on host memory,
 // so a CUDA tensor is staged: on the communication thread, just before the collective, the
 // tensors it reads are copied device -> host into the group's staging area, and after it
-// the tensors it writes are copied back host -> device (copy_between_devices, which runs on
-// the device's legacy default stream, the one every ringflow kernel runs on: the copy out
-// starts after the kernels the caller queued before issuing the collective, and the Work
-// completes only once the copy back has finished). The staging area is page-locked
+// the tensors it writes are copied back host -> device. Both copies run on a copy stream of
+// the device's own (copy_after, kernels/cuda_copy.h), so the training thread never waits
+// for them and its kernels keep running: the copy out waits only for an event recorded on
+// the compute stream when the collective was issued (the kernels that produced the
+// inputs), not for the backward kernels queued since; the Work completes only once the
+// copy back has finished. The staging area is page-locked
 // (allocate_pinned_host), one block for all the tensors of a collective, kept and grown
 // (by half again, in MiB) for the life of the group: cudaHostAlloc and cudaFreeHost are
 // slow, and cudaFreeHost waits for the whole device. A broken group never frees it (see
@@ -221,6 +223,8 @@ struct MpiProcessGroup::Op {
   Clock::time_point deadline{};
   std::vector<Arg> args;  // the tensors; bodies use host(i), never the tensors themselves
   Body body;
+  // Recorded on the issuing thread: the compute-stream work that produced the CUDA inputs.
+  StreamEvent inputs_ready;
 
   // The host memory of argument i (Note [CUDA tensors over MPI]).
   Buffer host(size_t i) const {
@@ -283,6 +287,12 @@ std::string MpiProcessGroup::transport_name() const {
 // even when several threads issue (the order across ranks is then the caller's problem).
 std::shared_ptr<Work> MpiProcessGroup::enqueue(std::shared_ptr<Op> op,
                                                const std::function<std::string(int64_t)>& describe_op) {
+  // Note [CUDA tensors over MPI]: the copy out waits for this event, not for the stream.
+  for (const Arg& a : op->args)
+    if (a.staged() && a.in) {
+      op->inputs_ready.record(a.tensor.device());
+      break;
+    }
   std::shared_ptr<Work> work;
   {
     std::lock_guard lock(mutex_);
@@ -424,8 +434,8 @@ void MpiProcessGroup::stage_in(Op& op) {
     if (!a.in) continue;
     op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes ", a.tensor.device().str(),
                             " -> host"));
-    copy_between_devices(host_view(a.tensor, a.host), Device::cpu(), a.tensor.kernel_view(),
-                         a.tensor.device());
+    copy_after(host_view(a.tensor, a.host), Device::cpu(), a.tensor.kernel_view(),
+               a.tensor.device(), op.inputs_ready);
   }
 }
 
@@ -437,8 +447,8 @@ void MpiProcessGroup::stage_out(Op& op) {
     if (a.staged()) {
       op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes host -> ",
                               a.tensor.device().str()));
-      copy_between_devices(a.tensor.kernel_view(), a.tensor.device(), host_view(a.tensor, a.host),
-                           Device::cpu());
+      copy_after(a.tensor.kernel_view(), a.tensor.device(), host_view(a.tensor, a.host),
+                 Device::cpu(), StreamEvent());
     }
     mark(a.tensor);
   }

@@ -32,6 +32,9 @@ void set_cuda_device(int index) {
 }
 
 void DeviceScope::enter(int index) { set_cuda_device(index); }
+void synchronize(Device device) {
+  if (device.is_cuda()) throw std::runtime_error("synchronize(" + device.str() + "): " + kWhy);
+}
 void DeviceScope::leave() noexcept {}
 
 void* allocate_pinned_host(size_t nbytes) {
@@ -39,7 +42,25 @@ void* allocate_pinned_host(size_t nbytes) {
   throw std::runtime_error(std::string("pinned host memory: ") + kWhy);
 }
 
-void free_pinned_host(void* /*ptr*/) noexcept {}  // allocate_pinned_host never returned any
+void free_pinned_host(void* /*ptr*/) noexcept {}
+
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Device device) {
+  throw std::runtime_error("recording an event on " + device.str() + ": " + kWhy);
+}
+void copy_after(const View& dst, Device dst_device, const View& src, Device src_device,
+                const StreamEvent& /*after*/) {
+  copy_between_devices(dst, dst_device, src, src_device);
+}
+
+PinnedStaging::~PinnedStaging() = default;
+void PinnedStaging::wait() const {}
+void* PinnedStaging::host(size_t /*nbytes*/) {
+  throw std::runtime_error(std::string("pinned host memory: ") + kWhy);
+}
+void PinnedStaging::upload(void* /*device_dst*/, size_t /*nbytes*/, Device device) {
+  throw std::runtime_error("upload to " + device.str() + ": " + kWhy);
+}  // allocate_pinned_host never returned any
 
 CachingAllocatorStats cuda_memory_stats(int device) {
   if (device < 0)

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "framework/serialize.h"
+#include "kernels/cuda_devices.h"
 
 namespace {
 
@@ -210,6 +211,9 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--sync bogus", "--sync: bogus not in {"},
       {"--global-batch 64 --batch-size 32", "excludes"},
       {"--global-batch 63 --grad-accum 2", "--global-batch 63 is not a multiple of 1 ranks x --grad-accum 2"},
+      {"--device bogus", "--device bogus: expected cpu, cuda, cuda:N or auto"},
+      {"--device cpu --backend nccl", "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu"},
+      {"--backend gloo", "--backend: gloo not in {auto,mpi,nccl}"},
   };
   for (const auto& c : cases) {
     const Result r = run_train(c.args);
@@ -381,4 +385,27 @@ TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spa
     CHECK(r.status > 0);
     CHECK(contains(r.output, "--trace: cannot open '/nonexistent/dir/t.json'"));
   }
+}
+
+TEST_CASE("--device and --backend: listed in --help; a GPU that is not there is one clear line") {
+  const Result help = run_train("--help");
+  CHECK(help.status == 0);
+  CHECK(contains(help.output, "--device"));
+  CHECK(contains(help.output, "--backend"));
+  std::string why;
+  if (ringflow::cuda_device_count(&why) > 0) {
+    MESSAGE("SKIP the no-GPU checks: this machine has a CUDA device");
+    return;
+  }
+  for (const char* device : {"cuda", "cuda:0", "cuda:3"}) {
+    const Result r = run_train(std::string("--device ") + device);
+    INFO(device, " -> ", r.output);
+    CHECK(r.status == 1);
+    CHECK(count(r.output, "\n") == 1);  // one line, before any data is loaded
+    CHECK(contains(r.output, std::string("train: --device ") + device + ": no usable CUDA device ("));
+  }
+  // auto trains on the CPU and says why.
+  const Result r = run_train("--device auto --max-iters 5 --log-every 5 --epochs 1 --eval-every 0");
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "device cpu (auto: no usable GPU: "));
 }

@@ -539,3 +539,20 @@ TEST_CASE("Subset and SyntheticDataset") {
   so.seed = 5;
   CHECK(SyntheticDataset(so).get(0).image.to_vector<float>() != a.get(0).image.to_vector<float>());
 }
+
+TEST_CASE("BatchToDevice: the batch itself on the cpu; on cuda, the same values") {
+  data::Batch b{from_vector({1, 2, 3, 4, 5, 6}, {1, 1, 2, 3}, DType::f32),
+                from_vector({7}, {1}, DType::i64), 3};
+  data::BatchToDevice cpu(Device::cpu());
+  const data::Batch same = cpu(b);
+  CHECK(same.images.kernel_view().data == b.images.kernel_view().data);
+  CHECK(same.index == 3);
+  if (!ringflow::testing::require_cuda()) return;
+  data::BatchToDevice gpu(Device::cuda());
+  for (int i = 0; i < 3; ++i) {  // both staging buffers, then the first again
+    const data::Batch d = gpu(b);
+    CHECK(d.images.device() == Device::cuda());
+    CHECK(d.images.to_vector<float>() == b.images.to_vector<float>());
+    CHECK(d.labels.to_vector<int64_t>() == std::vector<int64_t>{7});
+  }
+}

@@ -1,6 +1,7 @@
 // ringflow::data umbrella: datasets, readers, transforms, samplers and the DataLoader.
 #pragma once
 
+#include "framework/data/batch_to_device.h"
 #include "framework/data/cifar10.h"
 #include "framework/data/data_loader.h"
 #include "framework/data/dataset.h"

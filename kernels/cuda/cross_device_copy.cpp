@@ -7,6 +7,8 @@
 // Also the pinned host memory of cuda_copy.h (staging buffers for such copies).
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -171,6 +173,96 @@ void free_pinned_host(void* ptr) noexcept {
   if (status != cudaErrorCudartUnloading)
     std::fprintf(stderr, "ringflow: cudaFreeHost(%p) failed: %s (CUDA error %d)\n", ptr,
                  cudaGetErrorString(status), static_cast<int>(status));
+}
+
+PinnedStaging::~PinnedStaging() {
+  if (event_) {
+    (void)cudaEventSynchronize(static_cast<cudaEvent_t>(event_));
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  }
+  free_pinned_host(host_);
+}
+
+void PinnedStaging::wait() const {
+  if (event_) RF_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+}
+
+void* PinnedStaging::host(size_t nbytes) {
+  wait();
+  if (nbytes > capacity_) {
+    free_pinned_host(host_);
+    host_ = nullptr;
+    capacity_ = 0;
+    host_ = allocate_pinned_host(nbytes);
+    capacity_ = nbytes;
+  }
+  return host_;
+}
+
+void PinnedStaging::upload(void* device_dst, size_t nbytes, Device device) {
+  if (!device.is_cuda() || nbytes > capacity_)
+    throw std::invalid_argument("PinnedStaging::upload: " + std::to_string(nbytes) + " bytes to " +
+                                device.str() + " from a buffer of " + std::to_string(capacity_));
+  cuda::DeviceGuard guard(device.index);
+  if (!event_) {
+    cudaEvent_t e = nullptr;
+    RF_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event_ = e;
+  }
+  RF_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_, nbytes, cudaMemcpyHostToDevice, /*stream=*/0));
+  RF_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event_), /*stream=*/0));
+}
+
+StreamEvent::~StreamEvent() {
+  if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void StreamEvent::record(Device device) {
+  cuda::DeviceGuard guard(device.index);
+  if (event_ && device.index != device_) {
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+    event_ = nullptr;
+  }
+  if (!event_) {
+    cudaEvent_t e = nullptr;
+    RF_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event_ = e;
+    device_ = device.index;
+  }
+  RF_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event_), /*stream=*/0));
+}
+
+namespace {
+
+// One copy stream per device, made on first use and kept (non-blocking: it does not
+// synchronise with the legacy default stream).
+cudaStream_t copy_stream(int device) {
+  static std::mutex mutex;
+  static auto* streams = new std::map<int, cudaStream_t>;  // never destroyed, as the handles
+  std::lock_guard lock(mutex);
+  if (const auto it = streams->find(device); it != streams->end()) return it->second;
+  cudaStream_t s = nullptr;
+  RF_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  streams->emplace(device, s);
+  return s;
+}
+
+}  // namespace
+
+void copy_after(const View& dst, Device dst_device, const View& src, Device src_device,
+                const StreamEvent& after) {
+  const bool to_host = dst_device.is_cpu() && src_device.is_cuda();
+  const bool to_device = src_device.is_cpu() && dst_device.is_cuda();
+  if ((!to_host && !to_device) || dst.shape != src.shape || !memcpy_compatible(dst, src))
+    return copy_between_devices(dst, dst_device, src, src_device);
+  if (dst.numel() == 0) return;
+  const int device = to_host ? src_device.index : dst_device.index;
+  cuda::DeviceGuard guard(device);
+  const cudaStream_t stream = copy_stream(device);
+  if (after.recorded()) RF_CHECK_CUDA(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(after.handle()), 0));
+  RF_CHECK_CUDA(cudaMemcpyAsync(dst.data, src.data, nbytes(dst),
+                                to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream));
+  RF_CHECK_CUDA(cudaStreamSynchronize(stream));
 }
 
 }  // namespace ringflow
