@@ -359,9 +359,40 @@ Tensor Tensor::to(Device new_device) const {
 
 // ---------------------------------------------------------------- in place
 
+namespace {
+
+// [first, last] bytes that a view touches (strides are never negative).
+std::pair<const char*, const char*> byte_span(const View& v) {
+  const char* first = static_cast<const char*>(v.data);
+  int64_t last = 0;
+  for (int d = 0; d < v.dim(); ++d) last += (v.shape[d] - 1) * v.strides[d];
+  return {first, first + (last + 1) * static_cast<int64_t>(dtype_size(v.dtype)) - 1};
+}
+
+// A copy whose destination repeats an element, or whose source and destination share
+// memory without being the same view, would read elements it has already overwritten (in
+// an order that differs between backends): refused, as PyTorch does.
+void check_copy_overlap(const Tensor& dst, const Tensor& src) {
+  const View d = dst.kernel_view();
+  for (int i = 0; i < d.dim(); ++i)
+    RF_CHECK(d.shape[i] <= 1 || d.strides[i] != 0, "copy_: more than one element of the "
+             "destination ", shape_str(d.shape), " refers to a single memory location (stride 0 "
+             "in dim ", i, "); copy into a contiguous tensor");
+  if (src.storage() != dst.storage()) return;
+  const View s = src.kernel_view();
+  if (s.data == d.data && s.strides == d.strides && s.dtype == d.dtype) return;  // the same view
+  const auto [d0, d1] = byte_span(d);
+  const auto [s0, s1] = byte_span(s);
+  RF_CHECK(d1 < s0 || s1 < d0, "copy_: source ", shape_str(s.shape), " and destination ",
+           shape_str(d.shape), " overlap in memory; copy from src.clone() instead");
+}
+
+}  // namespace
+
 Tensor& Tensor::copy_(const Tensor& src_in) {
   check_inplace_allowed(*this, "copy_");
   Tensor src = src_in.shape() == shape() ? src_in : src_in.detach().expand(shape());
+  if (numel() > 0) check_copy_overlap(*this, src);
   if (src.device() == device()) {
     if (numel() > 0) kernel(device(), &Backend::copy, "copy")(kernel_view(), src.kernel_view());
   } else {

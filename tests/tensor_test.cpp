@@ -187,3 +187,15 @@ TEST_CASE("safetensors round trip") {
   CHECK_THROWS_WITH_AS(f.at("c"), doctest::Contains("no tensor named 'c'"), std::runtime_error);
   CHECK_THROWS_WITH_AS(load_safetensors("/nonexistent/x.safetensors"), doctest::Contains("/nonexistent/x.safetensors"), std::runtime_error);
 }
+
+TEST_CASE("copy_ refuses overlapping source and destination, and a repeating destination") {
+  Tensor x = arange(0.0, 10.0, 1.0, DType::f32);
+  CHECK_THROWS_WITH(x.narrow(0, 0, 5).copy_(x.narrow(0, 2, 5)), doctest::Contains("overlap in memory"));
+  CHECK_THROWS_WITH(x.narrow(0, 3, 5).copy_(x.narrow(0, 0, 5)), doctest::Contains("overlap in memory"));
+  x.copy_(x);  // the same view: nothing to do
+  x.narrow(0, 0, 5).copy_(x.narrow(0, 5, 5));  // disjoint halves of one storage
+  CHECK(x.to_vector<float>() == std::vector<float>{5, 6, 7, 8, 9, 5, 6, 7, 8, 9});
+  Tensor row = zeros({1, 3}, DType::f32);
+  CHECK_THROWS_WITH(row.expand({4, 3}).copy_(ones({4, 3}, DType::f32)),
+                    doctest::Contains("refers to a single memory location"));
+}
