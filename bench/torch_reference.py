@@ -8,7 +8,9 @@ Models: tests/fixtures/torch_models.py (the definitions ringflow's models are ch
 against). Step: forward (model + cross_entropy), backward, SGD (lr 0.01, momentum 0.9,
 weight decay 5e-4) step + zero_grad(set_to_none=True), as ringflow's zero_grad; synthetic
 normal input and random labels made once; PyTorch's default NCHW layout. Times are medians
-(ms) over --steps after --warmup.
+(ms) over --steps after --warmup. On a GPU (--device cuda) each phase ends with a device
+synchronisation, as in ringflow's; --tf32 sets both cuBLAS's and cuDNN's TF32 switches
+(otherwise both are off), and cudnn.benchmark is on.
 """
 import argparse
 import json
@@ -39,28 +41,43 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON object")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--tf32", action="store_true",
+                    help="CUDA: f32 matmuls and convolutions on TF32 tensor cores")
     args = ap.parse_args()
+
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        # Explicit both ways: cuDNN's TF32 is on by default in PyTorch, cuBLAS's off.
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cudnn.benchmark = True  # as ringflow: each shape's algorithm measured once
+
+    def now():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     make, shape = MODELS[args.model]
-    model = make()
+    model = make().to(device)
     model.train()
-    x = torch.randn(args.batch, *shape)
-    y = torch.randint(0, 10, (args.batch,))
+    x = torch.randn(args.batch, *shape).to(device)
+    y = torch.randint(0, 10, (args.batch,)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 
     fwd, bwd, optim, step = [], [], [], []
     for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+        t0 = now()
         loss = F.cross_entropy(model(x), y)
-        t1 = time.perf_counter()
+        t1 = now()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = now()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
+        t3 = now()
         del loss
         if i >= args.warmup:
             fwd.append((t1 - t0) * 1e3)
@@ -70,6 +87,7 @@ def main():
 
     med = statistics.median_high  # the upper middle, as ringflow's median of an even count
     out = {"model": args.model, "batch": args.batch, "threads": torch.get_num_threads(),
+           "device": str(device), "tf32": args.tf32,
            "torch": torch.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
            "forward_ms": med(fwd), "backward_ms": med(bwd), "optimizer_ms": med(optim),
            "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3)}

@@ -7,7 +7,8 @@
 // --warmup steps, and --rounds alternate ringflow with both PyTorch runs, each keeping its
 // fastest round (other load on the machine then costs one round, not the ratio). GFLOP per step counts the conv and linear layers only: 2 * MACs per image
 // forward, x3 for forward + backward (table below, from the layer shapes, checked against
-// the model's own Conv2d/Linear weights). The machine ceiling is raw oneDNN dnnl_sgemm
+// the model's own Conv2d/Linear weights). --device cuda runs both sides on the GPU, each
+// phase ending in a device synchronisation (--tf32 allows TF32 on both). The machine ceiling is raw oneDNN dnnl_sgemm
 // 2048^3 measured at the start of the run (bench/ceiling.h). Winograd convolutions (--conv-algo
 // auto, AVX-512) do fewer multiplications than these direct-convolution counts, so the
 // GFLOP/s column is then "effective" and can pass 100% of the ceiling.
@@ -52,6 +53,8 @@ struct Flags {
   int warmup = 2;
   int rounds = 2;
   std::string conv_algo = "auto";
+  std::string device = "cpu";
+  bool tf32 = false;
   bool no_torch = false;
   bool json = false;
   std::string python = "/usr/bin/python3";
@@ -123,8 +126,8 @@ int64_t model_weight_elems(nn::Module& model) {
 }
 
 // ---------------------------------------------------------------- timing
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
 double median(std::vector<double> v) {
@@ -137,39 +140,45 @@ struct Phases {
 };
 
 Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
+  const Device device = Device::parse(f.device);
   Generator gen(0);
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
   model->train();
+  model->to(device);
   const LayerCount count = count_layers(name);
   if (model_weight_elems(*model) != count.weight_elems)
     throw std::logic_error(fmt::format("{}: the FLOP table has {} conv/linear weights, the model {}", name,
                                        count.weight_elems, model_weight_elems(*model)));
   Shape shape{batch};
   for (int64_t d : models::model_input_shape(name)) shape.push_back(d);
-  const Tensor x = randn(shape, &gen);
+  const Tensor x = randn(shape, &gen).to(device);
   std::vector<double> labels(batch);
   for (double& l : labels) l = double(gen.next_u64() % 10);
-  const Tensor y = from_vector(labels, {batch}, DType::i64);
+  const Tensor y = from_vector(labels, {batch}, DType::i64).to(device);
+  // Kernels run asynchronously on a GPU: each phase ends when its work has.
+  const auto now = [&] {
+    synchronize(device);
+    return Clock::now();
+  };
   optim::SGD sgd(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
 
   std::vector<double> fwd, bwd, opt, step;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
-    auto t = Clock::now();
-    const auto start = t;
+    const auto start = now();
     double ms[3];
     {
       const Tensor logits = (*model)(x);
       const Tensor loss = cross_entropy(logits, y);
-      ms[0] = ms_since(t);
-      t = Clock::now();
+      const auto forward_end = now();
+      ms[0] = ms_between(start, forward_end);
       loss.backward();
-      ms[1] = ms_since(t);
+      ms[1] = ms_between(forward_end, now());
     }
-    t = Clock::now();
+    const auto t = now();
     sgd.step();
     sgd.zero_grad();
-    ms[2] = ms_since(t);
-    const double total = ms_since(start);
+    ms[2] = ms_between(t, now());
+    const double total = ms_between(start, now());
     if (i < f.warmup) continue;
     fwd.push_back(ms[0]);
     bwd.push_back(ms[1]);
@@ -182,9 +191,10 @@ Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
 // bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
 std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch, const Flags& f,
                                         bool tunable) {
-  const std::string cmd = fmt::format("{}{} '{}' --model {} --batch {} --threads {} --steps {} --warmup {} --json",
-                                      tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "",
-                                      f.python, f.torch_script, name, batch, num_threads(), f.steps, f.warmup);
+  const std::string cmd = fmt::format(
+      "{}{} '{}' --model {} --batch {} --threads {} --steps {} --warmup {} --device {}{} --json",
+      tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
+      batch, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -235,10 +245,11 @@ double best_torch_ms(const Row& r) {
 std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::format("{:.1f}", ms); }
 
 void print_header(double ceiling, const Flags& f) {
-  fmt::print("threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, best of {} "
-             "alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
-             num_threads(), ceiling, f.steps, f.warmup, f.rounds, f.conv_algo,
-             f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
+  fmt::print("device {}{}  threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, "
+             "best of {} alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
+             f.device, f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
+             f.device == "cpu" ? f.conv_algo : "cuDNN",
+             f.device == "cpu" && f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
   fmt::print("{:<15} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
 }
@@ -260,18 +271,20 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
   nlohmann::json j{{"model", r.model},
                    {"batch", r.batch},
                    {"threads", num_threads()},
+                   {"device", f.device},
+                   {"tf32", f.tf32},
                    {"steps", f.steps},
                    {"warmup", f.warmup},
                    {"rounds", f.rounds},
                    {"gflop_per_step", r.gflop},
-                   {"ceiling_gflops", ceiling},
+                   {"ceiling_gflops", std::isnan(ceiling) ? nlohmann::json() : nlohmann::json(ceiling)},
                    {"forward_ms", r.rf.forward},
                    {"backward_ms", r.rf.backward},
                    {"optimizer_ms", r.rf.optimizer},
                    {"step_ms", r.rf.step},
                    {"images_per_s", r.batch / (r.rf.step / 1e3)},
                    {"gflops", g},
-                   {"pct_ceiling", 100 * g / ceiling},
+                   {"pct_ceiling", std::isnan(ceiling) ? nlohmann::json() : nlohmann::json(100 * g / ceiling)},
                    {"torch", r.torch ? *r.torch : nlohmann::json()},
                    {"torch_malloc_tunable", r.torch_tunable ? *r.torch_tunable : nlohmann::json()},
                    {"ratio_over_best_torch", std::isnan(best) ? nlohmann::json() : nlohmann::json(r.rf.step / best)}};
@@ -296,6 +309,8 @@ int main(int argc, char** argv) {
                  "Winograd included) or direct")
       ->capture_default_str()
       ->check(CLI::IsMember(conv_algorithm_names()));
+  app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();
+  app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();
@@ -305,6 +320,15 @@ int main(int argc, char** argv) {
   try {
     if (f.threads > 0) set_num_threads(f.threads);
     set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
+    const Device device = Device::parse(f.device);
+    if (device.is_cuda()) {
+      std::string why;
+      const int count = cuda_device_count(&why);
+      if (device.index >= count)
+        throw std::invalid_argument(fmt::format("--device {}: {} CUDA device(s) here{}", f.device, count,
+                                                count == 0 ? " (" + why + ")" : ""));
+      set_allow_tf32(f.tf32);
+    }
     std::vector<std::pair<std::string, int64_t>> rows;
     if (f.models.empty() && f.batches.empty()) {
       rows = {{"vgg11_cifar", 64}, {"vgg11_cifar", 256}, {"resnet18_cifar", 64}, {"resnet18_cifar", 256},
@@ -319,7 +343,8 @@ int main(int argc, char** argv) {
     if (!f.no_torch && !std::ifstream(f.torch_script))
       throw std::invalid_argument(fmt::format("--torch-script {}: no such file", f.torch_script));
 
-    const double ceiling = bench::sgemm_ceiling_gflops();
+    // The CPU's sgemm ceiling means nothing for a GPU run: NaN there prints as "nan%".
+    const double ceiling = device.is_cpu() ? bench::sgemm_ceiling_gflops() : NAN;
     if (!f.json) print_header(ceiling, f);
     for (const auto& [m, b] : rows) {
       Row r;

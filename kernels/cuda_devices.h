@@ -19,6 +19,10 @@ int cuda_device_count(std::string* why = nullptr);
 // naming the device and CUDA's message, or that ringflow was built without CUDA.
 void set_cuda_device(int index);
 
+// Waits until everything queued on `device` has run (cudaDeviceSynchronize); nothing for the
+// CPU. For timing: kernels are asynchronous to the host. Throws naming CUDA's error.
+void synchronize(Device device);
+
 // Makes `device` the calling thread's current CUDA device for the scope's lifetime, then
 // restores the previous one; does nothing for the CPU. framework/dispatch.h runs every
 // allocation and kernel call of a CUDA tensor inside one, so a tensor on cuda:1 lives and

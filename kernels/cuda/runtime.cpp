@@ -1,6 +1,6 @@
 // cuda_device_count() for builds with CUDA: asks the runtime, and turns "no driver"
 // (error 35 on machines with only the stub libcuda) into 0 devices plus a reason; and
-// set_cuda_device() and DeviceScope.
+// set_cuda_device(), DeviceScope and synchronize().
 #include "kernels/cuda_devices.h"
 
 #include <cuda_runtime_api.h>
@@ -43,5 +43,16 @@ void DeviceScope::enter(int index) {
 }
 
 void DeviceScope::leave() noexcept { (void)cudaSetDevice(previous_); }
+
+void synchronize(Device device) {
+  if (!device.is_cuda()) return;
+  const DeviceScope scope(device);
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw std::runtime_error("cudaDeviceSynchronize on " + device.str() + " failed: " +
+                           cudaGetErrorString(status) + " (CUDA error " +
+                           std::to_string(static_cast<int>(status)) + ")");
+}
 
 }  // namespace ringflow
