@@ -15,6 +15,11 @@
 //
 //   mpiexec -n 2 build/bench/collectives                 # table
 //   mpiexec -n 2 build/bench/collectives --json out.json --max-bytes 64M
+//
+// --backend group|nccl times a process group's allreduce on tensors of --device instead
+// (the same sizes, check and timing, each call waited for): group is MpiProcessGroup
+// (MPI's own and our algorithms, CUDA tensors staged through pinned host memory), nccl is
+// NcclProcessGroup (NCCL's allreduce on GPU tensors, one GPU per rank).
 #include <mpi.h>
 
 #include <algorithm>
@@ -33,14 +38,18 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/allreduce.h"
+#include "comm/mpi_process_group.h"
 #include "comm/mpi_transport.h"
+#include "comm/nccl_process_group.h"
 #include "comm/shm_transport.h"
 #include "comm/tcp_transport.h"
+#include "framework/ops.h"
 
 namespace {
 
 using namespace ringflow;
 using namespace ringflow::comm;
+using ringflow::comm::ReduceOp;  // not the kernels' ReduceOp (sum, mean, max, ...)
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -56,6 +65,8 @@ struct Options {
   int warmup = 2, repeat = 5;
   double min_ms = 100;
   std::string json;
+  std::string backend = "transport";  // transport | group | nccl
+  std::string device = "cpu";
 };
 
 size_t parse_bytes(const std::string& text) {
@@ -154,6 +165,70 @@ double memcpy_gbps(size_t bytes, std::vector<unsigned char>& a, std::vector<unsi
   return bytes / median(s) / 1e9;
 }
 
+// --backend group|nccl: `pg`'s allreduce on a tensor of `device`, checked against the closed
+// form, then timed as the transports are (rank 0 prints; returns false on a wrong result).
+bool bench_group(ProcessGroup& pg, Device device, const std::string& label, const Options& o,
+                 DType dtype, ReduceOp op, const std::vector<Algorithm>& algos, size_t min_bytes,
+                 size_t max_bytes) {
+  const int rank = pg.rank(), n = pg.size();
+  const size_t esize = dtype_size(dtype);
+  bool all_ok = true;
+  if (rank == 0) {
+    fmt::print("# ringflow bench/collectives: {} allreduce on {} tensors, {} ranks, dtype {}, op {}\n",
+               label, device.str(), n, dtype_name(dtype), reduce_op_name(op));
+    fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>6}\n", "size(B)", "count", "type",
+               "algorithm", "time(us)", "algbw", "busbw", "check");
+  }
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= o.factor) {
+    const int64_t count = static_cast<int64_t>(bytes / esize);
+    std::vector<unsigned char> host(count * esize);
+    const Buffer hb{host.data(), count, dtype};
+    for (Algorithm algo : algos) {
+      const CollectiveOptions co{.op = op, .algorithm = algo};
+      fill(hb, rank);
+      Tensor t = empty({count}, dtype, Device::cpu());
+      std::memcpy(t.kernel_view().data, host.data(), host.size());
+      t = t.to(device);
+      pg.allreduce(t, co)->wait();
+      const Tensor back = t.to(Device::cpu());
+      std::memcpy(host.data(), back.kernel_view().data, host.size());
+      int64_t wrong = count_wrong(hb, op, n), wrong_any = 0;
+      MPI_Allreduce(&wrong, &wrong_any, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      const bool ok = wrong_any == 0;
+      all_ok &= ok;
+      double us = 0;
+      if (ok) {
+        t.zero_();
+        const auto w0 = Clock::now();
+        for (int i = 0; i < std::max(1, o.warmup); ++i) pg.allreduce(t, co)->wait();
+        // Calls per batch from rank 0's warm-up, the same on every rank.
+        double per_call = std::chrono::duration<double>(Clock::now() - w0).count() / std::max(1, o.warmup);
+        MPI_Bcast(&per_call, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        const int batch = std::clamp(
+            static_cast<int>(o.min_ms / 1e3 / o.repeat / std::max(per_call, 1e-7)), 1, 100000);
+        std::vector<double> local(o.repeat), slowest(o.repeat);
+        for (int r = 0; r < o.repeat; ++r) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          const auto t0 = Clock::now();
+          for (int i = 0; i < batch; ++i) pg.allreduce(t, co)->wait();
+          local[r] = std::chrono::duration<double>(Clock::now() - t0).count() / batch;
+        }
+        MPI_Allreduce(local.data(), slowest.data(), o.repeat, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        us = median(slowest) * 1e6;
+      }
+      const double algbw = us > 0 ? count * esize / (us * 1e-6) / 1e9 : 0;
+      const double busbw = algbw * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+      if (rank == 0) {
+        fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>6}\n", count * esize, count,
+                   dtype_name(dtype), algorithm_name(algo), us, algbw, busbw, ok ? "ok" : "FAIL");
+        std::fflush(stdout);
+      }
+    }
+    if (bytes > max_bytes / o.factor) break;
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +254,12 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "timed batches per row (at least)");
   app.add_option("--min-ms", o.min_ms, "timed milliseconds per row (at least)");
   app.add_option("--json", o.json, "also write the rows to this file (rank 0)");
+  app.add_option("--backend", o.backend, "transport: our algorithms on the transports and "
+                 "MPI_Allreduce on host buffers; group: MpiProcessGroup's allreduce on --device "
+                 "tensors; nccl: NcclProcessGroup's on GPU tensors")
+      ->capture_default_str()->check(CLI::IsMember({"transport", "group", "nccl"}));
+  app.add_option("--device", o.device, "--backend group|nccl: cpu or cuda (each rank its "
+                 "node-local GPU)")->capture_default_str();
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -196,12 +277,30 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     const DType dtype = dtype_from_name(o.dtype);
-    const ReduceOp op = reduce_op_from_name(o.op);
+    const comm::ReduceOp op = reduce_op_from_name(o.op);
     std::vector<Algorithm> algos;
     for (const auto& name : o.algorithms) algos.push_back(algorithm_from_name(name));
     const size_t esize = dtype_size(dtype);
     const size_t min_bytes = std::max(parse_bytes(o.min_bytes), esize);
     const size_t max_bytes = parse_bytes(o.max_bytes);
+    if (o.backend != "transport") {
+      Device device = Device::parse(o.device);
+      std::shared_ptr<ProcessGroup> pg;
+      if (o.backend == "nccl") {
+        if (!device.is_cuda()) throw std::invalid_argument("--backend nccl needs --device cuda");
+        auto nccl = std::make_shared<NcclProcessGroup>(MPI_COMM_WORLD);
+        device = Device::cuda(nccl->device());
+        pg = nccl;
+      } else {
+        pg = std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD);
+      }
+      if (o.backend == "nccl") algos = {Algorithm::native};
+      status = bench_group(*pg, device, o.backend == "nccl" ? "NCCL" : "MpiProcessGroup", o, dtype, op,
+                           algos, min_bytes, max_bytes) ? 0 : 1;
+      pg.reset();
+      MPI_Finalize();
+      return status;
+    }
 
     MPI_Comm comm, native_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
