@@ -26,8 +26,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "fixtures"))
 from torch_models import BasicBlock, CifarResNet, CifarVGG, SmallCnn  # noqa: E402
 
+def torchvision_resnet50():
+    import torchvision  # not in Debian's python3-torch; there on the GPU machines
+    return torchvision.models.resnet50()
+
+
 MODELS = {
     "vgg11_cifar": (lambda: CifarVGG("VGG11"), (3, 32, 32)),
+    "resnet50": (torchvision_resnet50, (3, 224, 224)),
     "resnet18_cifar": (lambda: CifarResNet(BasicBlock, [2, 2, 2, 2]), (3, 32, 32)),
     "small_cnn": (SmallCnn, (1, 28, 28)),
 }

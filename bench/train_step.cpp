@@ -27,6 +27,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -104,13 +105,29 @@ LayerCount count_layers(const std::string& name) {
       }
     }
     c.linear(512, 10);
+  } else if (name == "resnet50") {  // torchvision's: Bottleneck x [3, 4, 6, 3], stride on the 3x3
+    c.conv(3, 64, 7, 112);
+    int64_t hw = 56, in = 64;  // after the 3x3 stride-2 max-pool
+    for (const auto& [planes, blocks, stride] : std::vector<std::tuple<int64_t, int, int64_t>>{
+             {64, 3, 1}, {128, 4, 2}, {256, 6, 2}, {512, 3, 2}}) {
+      for (int b = 0; b < blocks; ++b) {
+        const int64_t s = b == 0 ? stride : 1, out_hw = hw / s;
+        c.conv(in, planes, 1, hw);                       // conv1
+        c.conv(planes, planes, 3, out_hw);               // conv2 (stride s)
+        c.conv(planes, 4 * planes, 1, out_hw);           // conv3
+        if (b == 0) c.conv(in, 4 * planes, 1, out_hw);   // downsample
+        in = 4 * planes;
+        hw = out_hw;
+      }
+    }
+    c.linear(2048, 1000);
   } else if (name == "small_cnn") {  // 28x28 conv, pool, 14x14 conv, pool, fc
     c.conv(1, 16, 3, 28);
     c.conv(16, 32, 3, 14);
     c.linear(32 * 7 * 7, 10);
   } else {
     throw std::invalid_argument(fmt::format(
-        "--models: no FLOP table for '{}' (choices: vgg11_cifar, resnet18_cifar, small_cnn)", name));
+        "--models: no FLOP table for '{}' (choices: vgg11_cifar, resnet18_cifar, resnet50, small_cnn)", name));
   }
   return c;
 }
