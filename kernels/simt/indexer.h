@@ -26,6 +26,10 @@ struct Indexer {
   int64_t strides[N][kMaxDims] = {};  // elements
 
   RF_HD void offsets(int64_t linear, int64_t (&off)[N]) const {
+    if (ndim == 1) {  // dense operands merge to one dim: no division (slow on a GPU)
+      for (int k = 0; k < N; ++k) off[k] = linear * strides[k][0];
+      return;
+    }
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       const int64_t i = linear % sizes[d];
