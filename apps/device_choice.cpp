@@ -1,6 +1,5 @@
 #include "apps/device_choice.h"
 
-#include <cstdlib>
 #include <stdexcept>
 
 #include <fmt/core.h>
@@ -9,46 +8,59 @@
 
 namespace ringflow::apps {
 
-int local_rank_from_env() {
-  for (const char* var : {"MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
-    if (const char* v = std::getenv(var)) return std::max(0, std::atoi(v));
-  return 0;
+namespace {
+
+std::string plural(int n, const char* what) {
+  return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s");
 }
 
-DeviceChoice choose_device(const std::string& flag, int local_rank) {
-  if (flag == "cpu") return {Device::cpu(), "cpu"};
-  if (flag != "auto" && flag != "cuda" && flag.rfind("cuda:", 0) != 0)
-    throw std::invalid_argument(fmt::format("--device {}: expected cpu, cuda, cuda:N or auto", flag));
-  std::string why;
-  const int count = cuda_device_count(&why);
-  if (flag == "auto" && count == 0) return {Device::cpu(), fmt::format("cpu (auto: no usable GPU: {})", why)};
-  if (count == 0) throw std::invalid_argument(fmt::format("--device {}: no usable CUDA device ({})", flag, why));
-  if (flag == "auto" || flag == "cuda") {
-    const Device d = Device::cuda(local_rank % count);
-    return {d, fmt::format("{} ({}local rank {} of a machine with {} GPU{})", d.str(),
-                           flag == "auto" ? "auto: " : "", local_rank, count, count == 1 ? "" : "s")};
+}  // namespace
+
+DeviceRequest check_device(const std::string& flag) {
+  DeviceRequest r;
+  r.flag = flag;
+  if (flag == "cpu") return r;
+  if (flag != "auto" && flag != "cuda") {
+    Device d;  // the CPU unless the flag is cuda:N
+    try {
+      d = Device::parse(flag);
+    } catch (const std::exception&) {
+    }
+    if (!d.is_cuda())
+      throw std::invalid_argument(fmt::format("--device {}: expected cpu, cuda, cuda:N or auto", flag));
+    r.index = d.index;
   }
-  Device d;
-  try {
-    d = Device::parse(flag);
-  } catch (const std::exception&) {
-    throw std::invalid_argument(fmt::format("--device {}: expected cpu, cuda, cuda:N or auto", flag));
-  }
-  if (d.index >= count)
-    throw std::invalid_argument(fmt::format("--device {}: this machine has {} CUDA device{} (0 to {})",
-                                            flag, count, count == 1 ? "" : "s", count - 1));
-  return {d, d.str()};
+  r.count = cuda_device_count(&r.why);
+  if (r.count == 0 && flag != "auto")
+    throw std::invalid_argument(fmt::format("--device {}: no usable CUDA device ({})", flag, r.why));
+  if (r.index >= r.count)
+    throw std::invalid_argument(fmt::format("--device {}: this machine has {} (0 to {})", flag,
+                                            plural(r.count, "CUDA device"), r.count - 1));
+  return r;
 }
 
-std::string choose_backend(const std::string& flag, Device device, const std::string& algo) {
-  const std::string backend = flag == "auto" ? (device.is_cuda() ? "nccl" : "mpi") : flag;
+DeviceChoice choose_device(const DeviceRequest& r, int local_rank) {
+  if (r.flag == "cpu") return {Device::cpu(), "cpu"};
+  if (!r.gpu()) return {Device::cpu(), fmt::format("cpu (auto: no usable GPU: {})", r.why)};
+  if (r.index >= 0) return {Device::cuda(r.index), Device::cuda(r.index).str()};
+  const Device d = Device::cuda(local_rank % r.count);
+  return {d, fmt::format("{} ({}local rank {} of a machine with {})", d.str(),
+                         r.flag == "auto" ? "auto: " : "", local_rank, plural(r.count, "GPU"))};
+}
+
+std::string choose_backend(const std::string& flag, const DeviceRequest& device,
+                           const std::string& algo, int local_ranks) {
+  const bool own_gpus = device.gpu() && (device.index < 0 ? local_ranks <= device.count : local_ranks == 1);
+  const bool ours = algo != "auto" && algo != "native";  // one of our algorithms: MPI's group runs it
+  const std::string backend = flag == "auto" ? (own_gpus && !ours ? "nccl" : "mpi") : flag;
   if (backend != "mpi" && backend != "nccl")
     throw std::invalid_argument(fmt::format("--backend {}: expected auto, mpi or nccl", flag));
-  if (backend == "nccl" && !device.is_cuda())
+  if (backend == "nccl" && !device.gpu())
     throw std::invalid_argument(fmt::format(
-        "--backend nccl: NCCL reduces GPU tensors, but this rank trains on {} (pick --device cuda, "
-        "or --backend mpi)", device.str()));
-  if (backend == "nccl" && algo != "auto" && algo != "native")
+        "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu ({}); use {}",
+        device.flag == "cpu" ? "--device cpu" : "--device " + device.flag + ": no usable GPU: " + device.why,
+        device.flag == "cpu" ? "--device cuda or --backend mpi" : "--backend mpi"));
+  if (backend == "nccl" && ours)
     throw std::invalid_argument(fmt::format(
         "--backend nccl runs NCCL's own allreduce, not --algo {} (that one runs over --backend mpi)", algo));
   return backend;

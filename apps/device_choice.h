@@ -1,6 +1,7 @@
 // --device and --backend of apps/train: which device a rank trains on, and which process
-// group carries its gradients. Decided before any data is loaded, so that a bad choice
-// fails at once with one line naming the flag.
+// group carries its gradients. The flags are checked against the machine before any data is
+// loaded (check_device), so that a bad choice fails at once with one line naming the flag;
+// the GPU itself is picked once the rank knows its place on its machine (choose_device).
 #pragma once
 
 #include <string>
@@ -9,25 +10,35 @@
 
 namespace ringflow::apps {
 
+// What --device asked for, checked against this machine.
+struct DeviceRequest {
+  std::string flag;   // cpu, cuda, cuda:N or auto, as given
+  int index = -1;     // cuda:N: N, taken literally; -1: the rank's node-local GPU
+  int count = 0;      // usable CUDA devices of this machine
+  std::string why;    // count == 0: CUDA's reason (no driver, no device, built without CUDA)
+  bool gpu() const { return flag != "cpu" && count > 0; }  // whether the rank trains on one
+};
+
 struct DeviceChoice {
   Device device;
   std::string note;  // for the log: what was chosen and why
 };
 
-// flag: cpu, cuda, cuda:N or auto. auto and cuda take the GPU numbered by the launcher's
-// local rank (local_rank_from_env) modulo the machine's device count; auto falls back to
-// the CPU when no GPU is usable. Throws std::invalid_argument naming --device when the
-// request cannot be met (no GPU, N past the count, a malformed name).
-DeviceChoice choose_device(const std::string& flag, int local_rank);
+// Throws std::invalid_argument naming --device when the request cannot be met: a malformed
+// name, cuda or cuda:N without a usable GPU (with `why`), N past the device count.
+DeviceRequest check_device(const std::string& flag);
 
-// This process's position among the job's processes on its machine, from the launcher's
-// environment (MPICH's MPI_LOCALRANKID, Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, Slurm's
-// SLURM_LOCALID, torchrun's LOCAL_RANK); 0 when none is set.
-int local_rank_from_env();
+// The device of the rank at `local_rank` among the job's ranks on its machine (0 for one
+// process): cuda and auto take GPU local_rank % count, cuda:N takes N, auto without a GPU
+// the CPU (the note says why).
+DeviceChoice choose_device(const DeviceRequest& request, int local_rank);
 
-// flag: auto, mpi or nccl; auto is nccl for a CUDA device, mpi otherwise. Throws
+// flag: auto, mpi or nccl; auto is nccl when each of the machine's `local_ranks` ranks has
+// a GPU of its own (NCCL refuses two ranks on one GPU) and --algo is auto or native, mpi
+// otherwise. Throws
 // std::invalid_argument naming --backend for nccl on the CPU, or nccl with one of our own
 // allreduce algorithms (--algo other than auto or native).
-std::string choose_backend(const std::string& flag, Device device, const std::string& algo);
+std::string choose_backend(const std::string& flag, const DeviceRequest& device,
+                           const std::string& algo, int local_ranks);
 
 }  // namespace ringflow::apps

@@ -103,11 +103,18 @@ void GradientSync::after_backward(bool last) {
   }
   if (options_.mode == SyncMode::none || !last) return;
   const auto start = Clock::now();
+  // gather-scatter by the group's collectives: a reduce to rank 0, then a broadcast back
+  // (queued together: a group runs them in issue order, process_group.h).
+  const bool gather_scatter = options_.mode == SyncMode::gather_scatter;
+  const bool by_collectives = gather_scatter && (options_.gather_scatter_by_collectives ||
+                                                 pg_->backend_name() == "nccl");
   comm::CollectiveOptions o;
   o.op = comm::ReduceOp::avg;
-  o.algorithm = options_.mode == SyncMode::gather_scatter ? comm::Algorithm::naive
-                                                           : options_.algorithm;
+  o.algorithm = !gather_scatter ? options_.algorithm
+                : by_collectives ? comm::Algorithm::automatic : comm::Algorithm::naive;
+  o.root = 0;
   o.timeout = options_.timeout;
+  const size_t per_gradient = by_collectives ? 2 : 1;  // Works per gradient
   std::vector<std::shared_ptr<comm::Work>> works;
   std::vector<CommEvent> events;
   std::vector<Tensor> params = model_->parameters();
@@ -128,17 +135,26 @@ void GradientSync::after_backward(bool last) {
     e.index = static_cast<int>(i);
     e.bytes = g.numel() * static_cast<int64_t>(dtype_size(g.dtype()));
     e.launched = Clock::now();
-    works.push_back(pg_->allreduce(g, o));
+    if (by_collectives) {
+      works.push_back(pg_->reduce(g, o));
+      works.push_back(pg_->broadcast(g, o));
+    } else {
+      works.push_back(pg_->allreduce(g, o));
+    }
     events.push_back(std::move(e));
   }
-  for (size_t k = 0; k < works.size(); ++k) {
-    const comm::Work& w = *works[k];
-    works[k]->wait();
-    step_.traffic += w.traffic();
-    step_.comm_ms += ms_between(w.start_time(), w.end_time());
-    events[k].traffic = w.traffic();
-    events[k].started = w.start_time();
-    events[k].finished = w.end_time();
+  for (size_t k = 0; k < events.size(); ++k) {
+    CommEvent& e = events[k];
+    if (by_collectives) e.collective = "reduce+broadcast";
+    for (size_t j = 0; j < per_gradient; ++j) {
+      comm::Work& w = *works[k * per_gradient + j];
+      w.wait();
+      step_.traffic += w.traffic();
+      step_.comm_ms += ms_between(w.start_time(), w.end_time());
+      e.traffic += w.traffic();
+      if (j == 0) e.started = w.start_time();
+      e.finished = w.end_time();
+    }
   }
   const auto end = Clock::now();
   step_.after_wait_ms += ms_between(start, end);

@@ -2,7 +2,9 @@
 // so that the training loop is the same for all of them (issue 5, section 1):
 //   none            one process: nothing to synchronise
 //   gather-scatter  after backward, every gradient averaged on its own by the naive
-//                   algorithm (to rank 0 and back): the baseline
+//                   algorithm (to rank 0 and back): the baseline. Over a group that runs
+//                   none of our algorithms (NCCL): its reduce to rank 0, then its
+//                   broadcast back
 //   allreduce       after backward, every gradient allreduced on its own (--algo)
 //   ddp             DistributedDataParallel: bucketed, overlapped with backward
 // Each reports the step's communication (bytes, time on the communication thread, time the
@@ -32,6 +34,9 @@ struct SyncOptions {
   std::string comm_hook = "allreduce";  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h)
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
+  // gather-scatter as the group's reduce to rank 0 and broadcast back (one event per
+  // gradient) rather than our naive allreduce; always so over NCCL.
+  bool gather_scatter_by_collectives = false;
 };
 
 // One collective of a step, as the communication thread ran it.
@@ -45,7 +50,7 @@ struct CommEvent {
   Clock::time_point launched;  // issued by the training thread
   Clock::time_point started;   // the communication thread began it
   Clock::time_point finished;  // ... and ended it
-  const char* collective = "allreduce";  // or "broadcast"
+  const char* collective = "allreduce";  // or "broadcast", "reduce+broadcast"
 };
 
 // A stretch of time the training thread spent waiting for communication.

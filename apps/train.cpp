@@ -83,12 +83,23 @@ int launched_ranks() {
   return 1;
 }
 
-// Ranks of this job on this machine, to share its cores between them.
-int ranks_on_this_node() {
+// This rank's place among the job's ranks on its machine (the node-local communicator,
+// ranked as MPI_COMM_WORLD): its GPU is its local rank modulo the machine's GPUs, and the
+// machine's cores are shared between the local ranks.
+struct NodeRanks {
+  int rank = 0, size = 1;
+};
+
+NodeRanks node_ranks() {
+  auto check = [](int rc, const char* call) {
+    if (rc != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed (error {})", call, rc));
+  };
   MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int n = 1;
-  MPI_Comm_size(local, &n);
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED)");
+  NodeRanks n;
+  MPI_Comm_rank(local, &n.rank);
+  MPI_Comm_size(local, &n.size);
   MPI_Comm_free(&local);
   return n;
 }
@@ -420,46 +431,69 @@ void trace_step(apps::TraceWriter& trace, int64_t epoch, int64_t step, int64_t g
   }
 }
 
-int run(const Flags& f) {
-  const apps::SyncMode mode = apps::sync_mode_from_name(f.sync);
+// Where a rank trains and which groups carry its collectives.
+struct Setup {
+  apps::DeviceChoice device;
+  std::string backend;                          // the gradients' group: "mpi" or "nccl"
+  std::shared_ptr<comm::ProcessGroup> pg;       // MPI (the CPU-side statistics); null: --sync none
+  std::shared_ptr<comm::ProcessGroup> grad_pg;  // the gradients': pg, or NCCL's over it
+  std::string transport;                        // what our allreduce algorithms talk through
+  NodeRanks node;
+};
+
+std::shared_ptr<comm::MpiProcessGroup> make_mpi_group(const Flags& f) {
+  comm::MpiProcessGroupOptions o;
+  o.checking = comm::comm_check_requested_by_env();
+  o.shared_memory = f.transport == "auto" || f.transport == "shm";
+  o.sockets = f.transport == "auto" || f.transport == "tcp";
+  o.socket_interface = f.socket_interface;
+  auto group = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
+  if (f.transport != "auto" && group->transport_name() != f.transport)
+    throw std::runtime_error(fmt::format(
+        "--transport {}: could not be made here (the group fell back to {}){}", f.transport,
+        group->transport_name(), group->why_not_tcp().empty() ? "" : ": " + group->why_not_tcp()));
+  return group;
+}
+
+Setup set_up(const Flags& f, apps::SyncMode mode, comm::Timeout comm_timeout) {
   // Before anything heavy: a device that cannot be had fails here, naming the flag.
-  const apps::DeviceChoice dev = apps::choose_device(f.device, apps::local_rank_from_env());
-  const std::string backend = apps::choose_backend(f.backend, dev.device, f.algo);
-  if (dev.device.is_cuda()) set_cuda_device(dev.device.index);
-  const comm::Timeout comm_timeout(static_cast<int64_t>(f.comm_timeout_s * 1000));
-  std::shared_ptr<comm::ProcessGroup> pg;
-  std::string transport;  // what our allreduce algorithms talk through
+  const apps::DeviceRequest want = apps::check_device(f.device);
+  Setup s;
+  std::shared_ptr<comm::MpiProcessGroup> mpi;
   if (mode == apps::SyncMode::none) {
     if (launched_ranks() > 1)
       throw std::invalid_argument(fmt::format(
           "--sync none trains one process, but the launcher started {}; pick --sync "
           "gather-scatter, allreduce or ddp", launched_ranks()));
   } else {
-    comm::MpiProcessGroupOptions o;
-    o.checking = comm::comm_check_requested_by_env();
-    o.shared_memory = f.transport == "auto" || f.transport == "shm";
-    o.sockets = f.transport == "auto" || f.transport == "tcp";
-    o.socket_interface = f.socket_interface;
-    auto group = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
-    transport = group->transport_name();
-    if (f.transport != "auto" && transport != f.transport)
-      throw std::runtime_error(fmt::format(
-          "--transport {}: could not be made here (the group fell back to {}){}", f.transport,
-          transport, group->why_not_tcp().empty() ? "" : ": " + group->why_not_tcp()));
-    pg = group;
+    mpi = make_mpi_group(f);
+    s.pg = mpi;
+    s.transport = mpi->transport_name();
+    s.node = node_ranks();
   }
-  // The gradients' group: NCCL's over the MPI group, which keeps the CPU-side statistics.
-  std::shared_ptr<comm::ProcessGroup> grad_pg = pg;
-  if (pg && backend == "nccl")
-    grad_pg = std::make_shared<comm::NcclProcessGroup>(
-        static_cast<comm::MpiProcessGroup&>(*pg),
-        comm::NcclProcessGroupOptions{.device = dev.device.index, .timeout = comm_timeout});
+  s.device = apps::choose_device(want, s.node.rank);
+  s.backend = apps::choose_backend(f.backend, want, f.algo, s.node.size);
+  // The training thread's device, before any tensor is made (NCCL's group takes it too).
+  if (s.device.device.is_cuda()) set_cuda_device(s.device.device.index);
+  s.grad_pg = s.pg;
+  if (mpi && s.backend == "nccl")
+    s.grad_pg = std::make_shared<comm::NcclProcessGroup>(
+        *mpi, comm::NcclProcessGroupOptions{.device = s.device.device.index, .timeout = comm_timeout});
+  return s;
+}
+
+int run(const Flags& f) {
+  const apps::SyncMode mode = apps::sync_mode_from_name(f.sync);
+  const comm::Timeout comm_timeout(static_cast<int64_t>(f.comm_timeout_s * 1000));
+  const Setup setup = set_up(f, mode, comm_timeout);
+  const std::shared_ptr<comm::ProcessGroup>& pg = setup.pg;
+  const Device device = setup.device.device;
   const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
   const bool lead = rank == 0;  // prints, evaluates, writes checkpoints and metrics
 
   int threads = f.threads;
   if (threads == 0 && pg) {  // share the machine's cores between its ranks
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_on_this_node());
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / setup.node.size);
   }
   if (threads > 0) set_num_threads(threads);
   set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
@@ -477,9 +511,9 @@ int run(const Flags& f) {
   manual_seed(f.seed);
   const Shape input = models::model_input_shape(f.model);
   nn::ModulePtr model = models::make_model(f.model);
-  model->to(dev.device);  // in place: the optimizer and the sync hold the same tensors
+  model->to(device);  // in place: the optimizer and the sync hold the same tensors
   const Data d = open_data(f, input);
-  data::BatchToDevice to_device(dev.device);
+  data::BatchToDevice to_device(device);
   std::shared_ptr<const data::Sampler> sampler;
   if (pg) {
     sampler = std::make_shared<data::DistributedSampler>(
@@ -513,21 +547,21 @@ int run(const Flags& f) {
     if (lead) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f.resume, pos.epoch, pos.iteration);
   }
   // Collective from here on: rank 0's state everywhere.
-  apps::GradientSync sync(model, grad_pg, {.mode = mode, .algorithm = algorithm_from_flag(f.algo),
-                                      .bucket_cap_mb = f.bucket_cap_mb, .comm_hook = f.comm_hook,
-                                      .find_unused_parameters = f.find_unused,
-                                      .timeout = comm_timeout});
+  apps::GradientSync sync(model, setup.grad_pg,
+                          {.mode = mode, .algorithm = algorithm_from_flag(f.algo),
+                           .bucket_cap_mb = f.bucket_cap_mb, .comm_hook = f.comm_hook,
+                           .find_unused_parameters = f.find_unused, .timeout = comm_timeout});
 
   const int64_t steps = f.max_iters > 0 ? std::min(f.max_iters, train_loader.num_batches() / f.grad_accum)
                                         : train_loader.num_batches() / f.grad_accum;
   if (lead) {
     fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads; device {}\n",
                f.model, model->num_parameters(), f.dataset, d.train->size(), d.test->size(),
-               num_threads(), dev.note);
+               num_threads(), setup.device.note);
     if (pg)
       fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
                  "micro-batches); algorithm {} over {}{}\n", f.sync, world, local_batch,
-                 global_batch, f.grad_accum, f.algo, backend == "nccl" ? "NCCL" : transport,
+                 global_batch, f.grad_accum, f.algo, setup.backend == "nccl" ? "NCCL" : setup.transport,
                  mode == apps::SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
                                                            f.bucket_cap_mb, f.comm_hook)
                                              : "");
@@ -743,7 +777,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
                  "(the GPU when one is usable, else the CPU)")->capture_default_str();
   app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
-                 "(nccl on a GPU)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+                 "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0);
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();

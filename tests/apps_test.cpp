@@ -212,6 +212,8 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--global-batch 64 --batch-size 32", "excludes"},
       {"--global-batch 63 --grad-accum 2", "--global-batch 63 is not a multiple of 1 ranks x --grad-accum 2"},
       {"--device bogus", "--device bogus: expected cpu, cuda, cuda:N or auto"},
+      {"--device cuda:x", "--device cuda:x: expected cpu, cuda, cuda:N or auto"},
+      {"--device cuda:-1", "--device cuda:-1: expected cpu, cuda, cuda:N or auto"},
       {"--device cpu --backend nccl", "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu"},
       {"--backend gloo", "--backend: gloo not in {auto,mpi,nccl}"},
   };
@@ -404,8 +406,23 @@ TEST_CASE("--device and --backend: listed in --help; a GPU that is not there is 
     CHECK(count(r.output, "\n") == 1);  // one line, before any data is loaded
     CHECK(contains(r.output, std::string("train: --device ") + device + ": no usable CUDA device ("));
   }
+  {  // under mpiexec: refused on every rank before the process group is made
+    const Result r = run_train_mpi(2, "--sync ddp --device cuda --max-iters 1");
+    INFO(r.output);
+    CHECK(r.status > 0);
+    CHECK(count(r.output, "train: --device cuda: no usable CUDA device (") == 2);
+  }
+  {  // NCCL needs the GPU that auto did not find
+    const Result r = run_train("--device auto --backend nccl");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(count(r.output, "\n") == 1);
+    CHECK(contains(r.output, "train: --backend nccl: NCCL reduces GPU tensors, but this rank "
+                             "trains on cpu (--device auto: no usable GPU: "));
+  }
   // auto trains on the CPU and says why.
   const Result r = run_train("--device auto --max-iters 5 --log-every 5 --epochs 1 --eval-every 0");
   CHECK(r.status == 0);
   CHECK(contains(r.output, "device cpu (auto: no usable GPU: "));
+  CHECK(contains(r.output, "Epoch [1], Iteration [5/5], Loss: "));
 }

@@ -1,13 +1,15 @@
 // The training app's gradient synchronisation (apps/gradient_sync.h) under mpiexec -n 2 and
 // 3 (issue 5, section 4): with a model without batch norm and the same global batch,
-// gather-scatter, allreduce with each algorithm (naive, tree, recursive doubling, ring,
-// MPI's own) and ddp (a bucket per parameter, one bucket for all) match single-process
-// training on the full batch within 1e-5 relative after 5 SGD steps, and every rank holds
-// bitwise identical parameters. The steps are the app's: GradientSync's forward,
+// gather-scatter (our naive allreduce, and the group's reduce and broadcast as over NCCL),
+// allreduce with each algorithm (naive, tree, recursive doubling, ring, MPI's own) and ddp
+// (a bucket per parameter, one bucket for all) match single-process training on the full
+// batch within 1e-5 relative after 5 SGD steps, and every rank holds bitwise identical
+// parameters. The steps are the app's: GradientSync's forward,
 // backward, after_backward, the optimizer, GradientSync's zero_grad.
 // Each rank starts from a differently seeded model: only the strategy's broadcast makes
 // them equal. The model has two parameter tensors, so that an allreduce per gradient stays
-// cheap: about 90 collectives in all (10-50 ms each with more ranks than cores).
+// cheap: about 110 collectives in all (10-50 ms each with more ranks than cores).
+// Also the device and backend choice of apps/train for a machine with GPUs (pure functions).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,9 +17,12 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "apps/device_choice.h"
 #include "apps/gradient_sync.h"
 #include "comm/mpi_process_group.h"
 #include "framework/ringflow.h"
@@ -77,6 +82,9 @@ std::vector<Strategy> strategies() {
     return o;
   };
   s.push_back({"gather-scatter", with(SyncMode::gather_scatter, comm::Algorithm::automatic, 25), 2});
+  SyncOptions by_collectives = with(SyncMode::gather_scatter, comm::Algorithm::automatic, 25);
+  by_collectives.gather_scatter_by_collectives = true;  // as over NCCL
+  s.push_back({"gather-scatter by reduce and broadcast", by_collectives, 2});
   for (comm::Algorithm a : {comm::Algorithm::naive, comm::Algorithm::tree,
                             comm::Algorithm::recursive_doubling, comm::Algorithm::ring,
                             comm::Algorithm::native}) {
@@ -163,6 +171,53 @@ TEST_CASE("gradient sync: every strategy matches single-process training, ranks 
                         per_strategy * sizeof(float)) == 0);
     }
   }
+}
+
+// apps/train's --device and --backend for a machine with GPUs, which this one need not have:
+// pure functions over a hand-made DeviceRequest. (Here because this program links apps/;
+// tests/apps_test.cpp runs the binary, whose no-GPU answers it checks.)
+TEST_CASE("device choice: each local rank its GPU, cuda:N literal, auto backend per GPU sharing") {
+  auto request = [](std::string flag, int index, int count, std::string why = "") {
+    DeviceRequest r;
+    r.flag = std::move(flag);
+    r.index = index;
+    r.count = count;
+    r.why = std::move(why);
+    return r;
+  };
+  const DeviceRequest two_gpus = request("cuda", -1, 2);
+  CHECK(choose_device(two_gpus, 0).device == Device::cuda(0));
+  CHECK(choose_device(two_gpus, 1).device == Device::cuda(1));
+  CHECK(choose_device(two_gpus, 3).device == Device::cuda(1));  // modulo the count
+  CHECK(choose_device(two_gpus, 1).note == "cuda:1 (local rank 1 of a machine with 2 GPUs)");
+  const DeviceRequest auto_one = request("auto", -1, 1);
+  CHECK(choose_device(auto_one, 2).device == Device::cuda(0));
+  CHECK(choose_device(auto_one, 0).note == "cuda:0 (auto: local rank 0 of a machine with 1 GPU)");
+  const DeviceRequest literal = request("cuda:1", 1, 2);
+  CHECK(choose_device(literal, 0).device == Device::cuda(1));
+  CHECK(choose_device(literal, 1).device == Device::cuda(1));
+  const DeviceRequest none = request("auto", -1, 0, "no driver");
+  CHECK(choose_device(none, 1).device == Device::cpu());
+  CHECK(choose_device(none, 1).note == "cpu (auto: no usable GPU: no driver)");
+  CHECK(choose_device(request("cpu", -1, 2), 0).device == Device::cpu());
+
+  // auto: NCCL when each local rank has a GPU of its own and no algorithm of ours is asked for.
+  CHECK(choose_backend("auto", two_gpus, "auto", 2) == "nccl");
+  CHECK(choose_backend("auto", two_gpus, "native", 1) == "nccl");
+  CHECK(choose_backend("auto", two_gpus, "auto", 3) == "mpi");   // two ranks would share one
+  CHECK(choose_backend("auto", literal, "auto", 2) == "mpi");    // both on cuda:1
+  CHECK(choose_backend("auto", literal, "auto", 1) == "nccl");
+  CHECK(choose_backend("auto", two_gpus, "ring", 2) == "mpi");
+  CHECK(choose_backend("auto", none, "auto", 1) == "mpi");
+  CHECK(choose_backend("mpi", two_gpus, "ring", 2) == "mpi");
+  CHECK(choose_backend("nccl", two_gpus, "auto", 3) == "nccl");  // asked for: NCCL says why not
+  CHECK_THROWS_WITH_AS(choose_backend("nccl", two_gpus, "tree", 2),
+                       "--backend nccl runs NCCL's own allreduce, not --algo tree (that one runs "
+                       "over --backend mpi)", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(choose_backend("nccl", none, "auto", 1),
+                       "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu "
+                       "(--device auto: no usable GPU: no driver); use --backend mpi",
+                       std::invalid_argument);
 }
 
 }  // namespace ringflow::apps
