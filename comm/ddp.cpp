@@ -42,12 +42,18 @@ std::string describe(const std::string& kind, const std::string& name, const Ten
   return s;
 }
 
+// The device of the module's tensors: its first parameter's (the CPU without any).
+Device device_of(nn::Module& module) {
+  const std::vector<Tensor> params = module.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
 }  // namespace
 
 // Two allgathers: the lengths, then the lists packed into i64 words (the process group moves
 // no bytes type). Every rank then holds every list and builds the same message.
 void verify_same_across_ranks(ProcessGroup& pg, const std::vector<std::string>& entries,
-                              const std::string& what, Timeout timeout) {
+                              const std::string& what, Timeout timeout, Device device) {
   const int n = pg.size();
   if (n == 1) return;
   std::string mine;
@@ -58,16 +64,19 @@ void verify_same_across_ranks(ProcessGroup& pg, const std::vector<std::string>& 
     mine += '\n';
   }
   const CollectiveOptions o = with_timeout(timeout);
-  Tensor length = full({1}, static_cast<double>(mine.size()), DType::i64);
-  Tensor lengths = zeros({n}, DType::i64);
+  Tensor length = full({1}, static_cast<double>(mine.size()), DType::i64, device);
+  Tensor lengths = zeros({n}, DType::i64, device);
   pg.allgather(lengths, length, o)->wait();
+  lengths = lengths.to(Device::cpu());
   const int64_t* len = lengths.data<int64_t>();
   const int64_t longest = *std::max_element(len, len + n);
   const int64_t words = (longest + 7) / 8;
   Tensor packed = zeros({words}, DType::i64);
   std::memcpy(packed.raw_data(), mine.data(), mine.size());
-  Tensor all = zeros({n * words}, DType::i64);
+  packed = packed.to(device);
+  Tensor all = zeros({n * words}, DType::i64, device);
   pg.allgather(all, packed, o)->wait();
+  all = all.to(Device::cpu());
 
   std::vector<std::vector<std::string>> lists(n);
   const auto* bytes = static_cast<const char*>(all.raw_data());
@@ -187,7 +196,7 @@ void DistributedDataParallel::verify_same_model() {
   verify_same_across_ranks(*pg_, entries,
                            cat("DistributedDataParallel: the model (", module_->type_name(),
                                ") is not the same on every rank of the ", pg_->size()),
-                           options_.timeout);
+                           options_.timeout, device_of(*module_));
 }
 
 void DistributedDataParallel::broadcast_state() {

@@ -117,9 +117,11 @@ class DistributedDataParallel {
 // Verifies that every rank of `pg` passes the same list of entries (here: parameters' and
 // buffers' "name dtype shape"); collective. Every rank throws the same
 // std::invalid_argument, naming `what`, the first entry that differs and the ranks, when
-// they do not.
+// they do not. The exchanged words live on `device` (a group's tensors: NCCL's take no CPU
+// tensor).
 void verify_same_across_ranks(ProcessGroup& pg, const std::vector<std::string>& entries,
-                              const std::string& what, Timeout timeout = kDefaultTimeout);
+                              const std::string& what, Timeout timeout = kDefaultTimeout,
+                              Device device = Device::cpu());
 
 // Broadcasts `tensors` from `root` in place, packed into one flat buffer per dtype (one
 // collective per dtype instead of one per tensor). Collective; returns the bytes moved.

@@ -324,13 +324,15 @@ void Reducer::rebuild() {
   ready_order_.shrink_to_fit();
 
   Tensor t = empty({static_cast<int64_t>(n)}, DType::i64);
-  auto* p = t.data<int64_t>();
-  for (size_t k = 0; k < n; ++k) p[k] = static_cast<int64_t>(order[k]);
+  for (size_t k = 0; k < n; ++k) t.data<int64_t>()[k] = static_cast<int64_t>(order[k]);
   CollectiveOptions o;
   o.root = 0;
   o.timeout = options_.timeout;
+  // On the parameters' device: a group of GPU tensors (NCCL) takes no CPU tensor.
+  t = t.to(params_.empty() ? Device::cpu() : params_[0].device());
   pg_->broadcast(t, o)->wait();
-  for (size_t k = 0; k < n; ++k) order[k] = static_cast<size_t>(p[k]);
+  t = t.to(Device::cpu());
+  for (size_t k = 0; k < n; ++k) order[k] = static_cast<size_t>(t.data<int64_t>()[k]);
 
   auto assignment = assign_buckets(bucket_tensors(params_), order, caps_);
   if (assignment != assignment_) build_buckets(std::move(assignment));
