@@ -44,10 +44,10 @@
 // tensors it reads are copied device -> host into the group's staging area, and after it
 // the tensors it writes are copied back host -> device. Both copies run on a copy stream of
 // the device's own (copy_after, kernels/cuda_copy.h), so the training thread never waits
-// for them and its kernels keep running: the copy out waits only for an event recorded on
-// the compute stream when the collective was issued (the kernels that produced the
-// inputs), not for the backward kernels queued since; the Work completes only once the
-// copy back has finished. The staging area is page-locked
+// for them and its kernels keep running: both wait only for an event recorded on the
+// compute stream when the collective was issued (the kernels that produced the inputs, or
+// last used the memory it writes), not for the backward kernels queued since; the Work
+// completes only once the copy back has finished. The staging area is page-locked
 // (allocate_pinned_host), one block for all the tensors of a collective, kept and grown
 // (by half again, in MiB) for the life of the group: cudaHostAlloc and cudaFreeHost are
 // slow, and cudaFreeHost waits for the whole device. A broken group never frees it (see
@@ -71,6 +71,7 @@
 #include "comm/tcp_transport.h"
 #include "framework/error.h"
 #include "kernels/cuda_copy.h"
+#include "kernels/cuda_devices.h"
 
 namespace ringflow::comm {
 namespace {
@@ -287,9 +288,9 @@ std::string MpiProcessGroup::transport_name() const {
 // even when several threads issue (the order across ranks is then the caller's problem).
 std::shared_ptr<Work> MpiProcessGroup::enqueue(std::shared_ptr<Op> op,
                                                const std::function<std::string(int64_t)>& describe_op) {
-  // Note [CUDA tensors over MPI]: the copy out waits for this event, not for the stream.
+  // Note [CUDA tensors over MPI]: the copies wait for this event, not for the stream.
   for (const Arg& a : op->args)
-    if (a.staged() && a.in) {
+    if (a.staged()) {
       op->inputs_ready.record(a.tensor.device());
       break;
     }
@@ -411,6 +412,16 @@ void MpiProcessGroup::stage_in(Op& op) {
   for (const Arg& a : op.args) {
     if (a.staged()) need += padded(nbytes(a.tensor));
   }
+  // The comm thread's own device, set once and never restored: a CUDA call on a thread with
+  // none made current would open a context on GPU 0 (on every rank).
+  for (const Arg& a : op.args)
+    if (a.staged()) {
+      if (comm_thread_device_ != a.tensor.device().index) {
+        set_cuda_device(a.tensor.device().index);
+        comm_thread_device_ = a.tensor.device().index;
+      }
+      break;
+    }
   if (need > staging_bytes_) {
     constexpr size_t kMiB = size_t{1} << 20;
     const size_t grown = std::max(need, staging_bytes_ + staging_bytes_ / 2);
@@ -448,7 +459,7 @@ void MpiProcessGroup::stage_out(Op& op) {
       op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes host -> ",
                               a.tensor.device().str()));
       copy_after(a.tensor.kernel_view(), a.tensor.device(), host_view(a.tensor, a.host),
-                 Device::cpu(), StreamEvent());
+                 Device::cpu(), op.inputs_ready);
     }
     mark(a.tensor);
   }

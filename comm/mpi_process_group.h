@@ -151,6 +151,7 @@ class MpiProcessGroup final : public ProcessGroup {
   void run_loop();
   void run(Op& op);
   void stage_in(Op& op);   // CUDA tensors the collective reads -> the staging area
+  int comm_thread_device_ = -1;  // the CUDA device current on the comm thread (stage_in)
   void stage_out(Op& op);  // the staging area -> CUDA tensors it wrote
   void exchange_fingerprints(Op& op);
   // Polls the requests (MPI_Testsome) until all complete or the op's deadline passes;

@@ -361,6 +361,20 @@ Tensor Tensor::to(Device new_device) const {
 
 namespace {
 
+// Whether the view's elements fill numel() consecutive slots (in some order of its dims).
+bool dense(const View& v) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
+  for (int d = 0; d < v.dim(); ++d)
+    if (v.shape[d] > 1) dims.emplace_back(v.strides[d], v.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
 // [first, last] bytes that a view touches (strides are never negative).
 std::pair<const char*, const char*> byte_span(const View& v) {
   const char* first = static_cast<const char*>(v.data);
@@ -369,9 +383,10 @@ std::pair<const char*, const char*> byte_span(const View& v) {
   return {first, first + (last + 1) * static_cast<int64_t>(dtype_size(v.dtype)) - 1};
 }
 
-// A copy whose destination repeats an element, or whose source and destination share
+// A copy whose destination repeats an element, or whose dense source and destination share
 // memory without being the same view, would read elements it has already overwritten (in
-// an order that differs between backends): refused, as PyTorch does.
+// an order that differs between backends): refused, as PyTorch does. Views with gaps
+// (x[:, 0] and x[:, 1]) may interleave without sharing an element: allowed, as there.
 void check_copy_overlap(const Tensor& dst, const Tensor& src) {
   const View d = dst.kernel_view();
   for (int i = 0; i < d.dim(); ++i)
@@ -381,6 +396,7 @@ void check_copy_overlap(const Tensor& dst, const Tensor& src) {
   if (src.storage() != dst.storage()) return;
   const View s = src.kernel_view();
   if (s.data == d.data && s.strides == d.strides && s.dtype == d.dtype) return;  // the same view
+  if (!dense(d) || !dense(s)) return;
   const auto [d0, d1] = byte_span(d);
   const auto [s0, s1] = byte_span(s);
   RF_CHECK(d1 < s0 || s1 < d0, "copy_: source ", shape_str(s.shape), " and destination ",

@@ -195,6 +195,9 @@ TEST_CASE("copy_ refuses overlapping source and destination, and a repeating des
   x.copy_(x);  // the same view: nothing to do
   x.narrow(0, 0, 5).copy_(x.narrow(0, 5, 5));  // disjoint halves of one storage
   CHECK(x.to_vector<float>() == std::vector<float>{5, 6, 7, 8, 9, 5, 6, 7, 8, 9});
+  Tensor m = arange(0.0, 6.0, 1.0, DType::f32).reshape({3, 2});
+  m.select(1, 0).copy_(m.select(1, 1));  // interleaved columns share no element
+  CHECK(m.to_vector<float>() == std::vector<float>{1, 1, 3, 3, 5, 5});
   Tensor row = zeros({1, 3}, DType::f32);
   CHECK_THROWS_WITH(row.expand({4, 3}).copy_(ones({4, 3}, DType::f32)),
                     doctest::Contains("refers to a single memory location"));

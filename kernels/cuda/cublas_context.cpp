@@ -17,8 +17,11 @@ cublasHandle_t cublas_handle() {
   if (const auto it = handles->find(device); it != handles->end()) return it->second;
   cublasHandle_t handle = nullptr;
   RF_CHECK_CUBLAS(cublasCreate(&handle));
-  // Explicit, so that no default of a later cuBLAS turns on reduced precision unasked.
-  RF_CHECK_CUBLAS(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  // Explicit, so that no default of a later cuBLAS turns on reduced precision unasked; f16
+  // and bf16 products are summed in f32 all the way (no reduced-precision split-K sums).
+  RF_CHECK_CUBLAS(cublasSetMathMode(
+      handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   RF_CHECK_CUBLAS(cublasSetStream(handle, cudaStreamLegacy));
   handles->emplace(device, handle);
   return handle;

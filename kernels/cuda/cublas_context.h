@@ -1,7 +1,7 @@
 // One cuBLAS handle per device, created on first use and kept for the process (creating one
 // allocates device memory and costs milliseconds). Its stream is the legacy default stream,
 // as for every kernel (Note [CUDA streams] in cuda_kernels.h); its math mode stays
-// CUBLAS_DEFAULT_MATH: matmul.cpp passes the compute type with each call (TF32 only when
+// CUBLAS_DEFAULT_MATH without reduced-precision reductions: matmul.cpp passes the compute type with each call (TF32 only when
 // allow_tf32()), so threads sharing the handle change none of its state. The handles are
 // never destroyed: cuBLAS may already be unloaded when static destructors run at exit.
 #pragma once

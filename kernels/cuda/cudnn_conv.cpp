@@ -154,6 +154,7 @@ struct Call {
              static_cast<int>(w.shape[2]), static_cast<int>(w.shape[3])};
     key.w_layout = *filter_layout(w);
     key.params = {pad.pad_h, pad.pad_w, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
+    key.align = {alignment(x.data), alignment(w.data), alignment(y.data)};
   }
 };
 
@@ -236,10 +237,25 @@ void check_conv(const View& x, const View& w, const View& y, const Conv2dParams&
          ", " + std::to_string(Q) + "), not y " + shape_str(y.shape));
 }
 
-View filter_operand(const View& w, std::optional<DeviceBuffer>& buffer) {
-  if (filter_layout(w)) return w;
+// w itself when it is in x's layout, else a buffer (not filled) of w's shape in that layout:
+// cuDNN has few algorithms, if any, for a channels-last filter with an NCHW input or the
+// other way round.
+View filter_like(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
+  const FilterLayout want = x.is_contiguous() || !x.is_channels_last() ? FilterLayout::nchw
+                                                                       : FilterLayout::nhwc;
+  if (filter_layout(w) == want) return w;
   View d = dense_like(w, buffer);
-  copy(d, w);
+  if (want == FilterLayout::nhwc) {
+    const int64_t C = w.shape[1], R = w.shape[2], S = w.shape[3];
+    d.strides = {R * S * C, 1, S * C, C};
+  }
+  return d;
+}
+
+// w in x's layout (filter_like), filled.
+View filter_operand(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
+  const View d = filter_like(w, x, buffer);
+  if (d.data != w.data) copy(d, w);
   return d;
 }
 
@@ -250,7 +266,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   const ConvPadding pad = conv_padding(p);
   std::optional<DeviceBuffer> xb, wb, yb;
   const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
-  const View wv = filter_operand(w, wb);
+  const View wv = filter_operand(w, xv, wb);
   const View yv = tensor_dims(y) ? y : dense_like(y, yb);
   const Call call(xv, wv, yv, pad, p, ConvDirection::forward);
   cudnnHandle_t h = cudnn_handle();
@@ -284,7 +300,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   const View dxv = pad.explicit_zeros() ? padded(dx, pad, /*fill_from_x=*/false, dxb, &interior)
                                         : (tensor_dims(dx) ? dx : dense_like(dx, dxb));
   const View dyv = describable(dy, dyb);
-  const View wv = filter_operand(w, wb);
+  const View wv = filter_operand(w, dxv, wb);
   if (dy.numel() == 0) {
     fill(dx, 0.0);
     return;
@@ -314,7 +330,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
   std::optional<DeviceBuffer> xb, dyb, dwb;
   const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
   const View dyv = describable(dy, dyb);
-  const View dwv = filter_layout(dw) ? dw : dense_like(dw, dwb);
+  const View dwv = filter_like(dw, xv, dwb);
   cudnnHandle_t h = cudnn_handle();
   const Scalars s(x.dtype);
   if (dy.numel() == 0) {

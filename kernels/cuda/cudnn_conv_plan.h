@@ -77,6 +77,16 @@ inline std::optional<FilterLayout> filter_layout(const View& w) {
 
 enum class ConvDirection : uint8_t { forward, backward_data, backward_filter };
 
+// The largest power of two up to 256 that divides the address: cuDNN's fast 16-bit kernels
+// need aligned operands, so an algorithm chosen on aligned buffers may not run on an offset
+// view, and the choice depends on it.
+inline int alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int k = 1;
+  while (k < 256 && a % (2 * k) == 0) k *= 2;
+  return k;
+}
+
 // What an algorithm is chosen for, once (cudnn.benchmark): every input of the choice.
 struct ConvKey {
   int device = 0;
@@ -87,9 +97,10 @@ struct ConvKey {
   std::array<int, 4> w{};
   FilterLayout w_layout = FilterLayout::nchw;
   std::array<int64_t, 6> params{};  // pad_h, pad_w, stride h/w, dilation h/w
+  std::array<int, 3> align{};       // alignment() of x, w, y
   auto tie() const {
     return std::tie(device, direction, dtype, tf32, x.sizes, x.strides, y.sizes, y.strides, w,
-                    w_layout, params);
+                    w_layout, params, align);
   }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };

@@ -42,7 +42,9 @@ void DeviceScope::enter(int index) {
   previous_ = status == cudaSuccess ? current : -1;
 }
 
-void DeviceScope::leave() noexcept { (void)cudaSetDevice(previous_); }
+void DeviceScope::leave() noexcept {
+  if (cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();  // not for a later check
+}
 
 void synchronize(Device device) {
   if (!device.is_cuda()) return;

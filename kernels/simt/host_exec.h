@@ -1,7 +1,9 @@
 // HostExec runs SIMT kernel bodies (simt.h) on the CPU over the launch grid DeviceExec would
 // use on the GPU (kernels/cuda/device_exec.cuh): every block, every thread, each thread's
 // grid-stride share, one thread at a time. Block reductions combine the threads' partial
-// results in the device's tree order, so results match the GPU's up to its math functions.
+// results in the device's tree order, so results match the GPU's up to its math functions
+// and nvcc's contraction of a * b + c into one FMA (a few ulps). Out-of-range float to int
+// conversions and INT64_MIN / -1 are undefined on the host and do differ.
 // For tests and the emulated CUDA table (host_backend.h), not for speed.
 #pragma once
 
