@@ -40,6 +40,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "bench/ceiling.h"
+#include "bench/kernels_cuda.h"
 #include "framework/ringflow.h"
 
 namespace {
@@ -334,6 +335,11 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches{64, 256};
   Timing timing;
   bool json = false;
+  std::string device = "cpu";
+  bool tf32 = false;
+  app.add_option("--device", device, "cpu (vs raw oneDNN) or cuda (vs raw cuDNN / cuBLAS, f32)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--tf32", tf32, "--device cuda: allow TF32 tensor cores, on both paths");
   app.add_option("--threads", threads, "threads (default: all cores)");
   app.add_option("--batch", batches, "batch sizes for the conv and classifier rows")->expected(1, -1);
   app.add_option("--repeat", timing.repeat, "least timed calls per row and path (median reported)")
@@ -341,6 +347,14 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object per row");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) set_num_threads(threads);
+  if (device == "cuda") {
+    try {
+      return bench::run_cuda_kernels(batches, timing.repeat, tf32);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "kernels: {}\n", e.what());
+      return 1;
+    }
+  }
 
   const double ceiling = sgemm_ceiling(timing);
   std::vector<Row> rows{matmul_row(timing, "matmul", 2048, 2048, 2048, false)};
