@@ -361,20 +361,6 @@ Tensor Tensor::to(Device new_device) const {
 
 namespace {
 
-// Whether the view's elements fill numel() consecutive slots (in some order of its dims).
-bool dense(const View& v) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims larger than 1
-  for (int d = 0; d < v.dim(); ++d)
-    if (v.shape[d] > 1) dims.emplace_back(v.strides[d], v.shape[d]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
-
 // [first, last] bytes that a view touches (strides are never negative).
 std::pair<const char*, const char*> byte_span(const View& v) {
   const char* first = static_cast<const char*>(v.data);
@@ -396,7 +382,7 @@ void check_copy_overlap(const Tensor& dst, const Tensor& src) {
   if (src.storage() != dst.storage()) return;
   const View s = src.kernel_view();
   if (s.data == d.data && s.strides == d.strides && s.dtype == d.dtype) return;  // the same view
-  if (!dense(d) || !dense(s)) return;
+  if (!d.is_dense() || !s.is_dense()) return;
   const auto [d0, d1] = byte_span(d);
   const auto [s0, s1] = byte_span(s);
   RF_CHECK(d1 < s0 || s1 < d0, "copy_: source ", shape_str(s.shape), " and destination ",

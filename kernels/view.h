@@ -37,6 +37,8 @@ struct View {
     }
     return true;
   }
+  // The elements fill numel() consecutive slots from data, in some order of the dims.
+  bool is_dense() const;
   // NCHW sizes laid out as NHWC in memory (densely).
   bool is_channels_last() const {
     if (dim() != 4) return false;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/reference/strided.h"
 #include "kernels/cuda_copy.h"
 #include "tests/cuda_skip.h"
 
@@ -23,15 +24,7 @@ namespace {
 
 constexpr double kSentinel = 7.0;  // in every slot a view does not reach
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape st(shape.size());
-  int64_t s = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    st[d] = s;
-    s *= shape[d];
-  }
-  return st;
-}
+using strided::contiguous_strides;
 
 View make_view(void* data, DType dtype, const Shape& shape, const Shape& strides) {
   View v;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/reference/strided.h"
 
 namespace ringflow::sweep {
 
@@ -28,15 +29,7 @@ struct Buf {
   View v;
 };
 
-inline Shape contiguous_strides(const Shape& shape) {
-  Shape st(shape.size());
-  int64_t s = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    st[d] = s;
-    s *= shape[d];
-  }
-  return st;
-}
+using strided::contiguous_strides;
 
 inline Shape layout_strides(const Shape& shape, Layout layout) {
   if (layout == Layout::nchw || shape.size() != 4) return contiguous_strides(shape);

@@ -31,23 +31,9 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-// The elements fill numel() consecutive slots from v.data in some order of dims.
-bool is_dense(const View& v) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-  for (int d = 0; d < v.dim(); ++d)
-    if (v.shape[d] != 1) dims.emplace_back(v.strides[d], v.shape[d]);
-  std::sort(dims.begin(), dims.end());
-  int64_t expected = 1;
-  for (auto [stride, size] : dims) {
-    if (stride != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
-
 // One memcpy copies src into dst: same dtype, dense, same strides where size > 1.
 bool memcpy_compatible(const View& dst, const View& src) {
-  if (dst.dtype != src.dtype || !is_dense(dst) || !is_dense(src)) return false;
+  if (dst.dtype != src.dtype || !dst.is_dense() || !src.is_dense()) return false;
   for (int d = 0; d < dst.dim(); ++d)
     if (dst.shape[d] != 1 && dst.strides[d] != src.strides[d]) return false;
   return true;
@@ -62,7 +48,7 @@ View staging_view(void* data, const View& v, DType dtype) {
   s.data = data;
   s.dtype = dtype;
   s.shape = v.shape;
-  s.strides = is_dense(v) ? v.strides : contiguous_strides(v.shape);
+  s.strides = v.is_dense() ? v.strides : contiguous_strides(v.shape);
   return s;
 }
 
@@ -81,7 +67,7 @@ void host_to_device(const View& dst, int device, const View& src) {
   std::vector<std::byte> host(nbytes(dst));
   const View staged = staging_view(host.data(), dst, dst.dtype);
   cpu_backend().copy(staged, src);
-  if (is_dense(dst)) {
+  if (dst.is_dense()) {
     memcpy_sync(dst.data, host.data(), host.size(), cudaMemcpyHostToDevice);
     return;
   }
@@ -102,7 +88,7 @@ void device_to_host(const View& dst, const View& src, int device) {
   // Bring src's elements over densely in src's dtype, then convert and scatter on the host.
   std::vector<std::byte> host(nbytes(src));
   const View staged = staging_view(host.data(), src, src.dtype);
-  if (is_dense(src)) {
+  if (src.is_dense()) {
     memcpy_sync(host.data(), src.data, host.size(), cudaMemcpyDeviceToHost);
   } else {
     cuda::DeviceBuffer temp(host.size());
@@ -128,7 +114,7 @@ void device_to_device(const View& dst, int dst_device, const View& src, int src_
   cuda::DeviceBuffer src_temp(bytes);
   const View on_src = staging_view(src_temp.data(), dst, dst.dtype);
   cuda::copy(on_src, src);
-  if (is_dense(dst)) {
+  if (dst.is_dense()) {
     RF_CHECK_CUDA(cudaMemcpyPeer(dst.data, dst_device, on_src.data, src_device, bytes));
     return;
   }

@@ -146,13 +146,6 @@ inline ChannelVector channel_vector(const View* v, int64_t C, const char* op, co
   return {v->data, v->dtype, v->strides[0]};
 }
 
-template <class Fn>
-void visit_bn_dtype(DType dtype, Fn&& fn) {
-  visit_dtype(dtype, [&](auto tag) {
-    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
-  });
-}
-
 template <class Exec>
 void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
                               const View& var, const View& x, const View* gamma,
@@ -164,7 +157,7 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
-  visit_bn_dtype(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     exec.rows(C, BatchNormTrainBody<T>{y.ptr<T>(), x.ptr<const T>(), channel_walk(y),
                                        channel_walk(x), m, v, g, b, count, eps});
@@ -181,7 +174,7 @@ void batch_norm_forward_eval(const Exec& exec, const View& y, const View& x, con
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
   const int64_t per_channel = x.dim() == 4 ? x.shape[2] * x.shape[3] : 1;
-  visit_bn_dtype(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(x.numel(), BatchNormEvalBody<T>{y.ptr<T>(), x.ptr<const T>(), channel_walk(y),
                                                      channel_walk(x), C, per_channel, m, v, g, b,
@@ -203,7 +196,7 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
   const ChannelVector g = channel_vector(gamma, C, op, "gamma");
   const ChannelVector dg = channel_vector(dgamma, C, op, "dgamma"), db = channel_vector(dbeta, C, op, "dbeta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
-  visit_bn_dtype(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     exec.rows(C, BatchNormBackwardBody<T>{dx.ptr<T>(), dy.ptr<const T>(), x.ptr<const T>(),
                                           channel_walk(dx), channel_walk(dy), channel_walk(x),

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/simt/simt.h"
 #include "kernels/view.h"
 
 namespace ringflow::simt {
@@ -27,6 +28,15 @@ inline void check_floating(const View& v, const char* op) {
 inline void check_rank(const View& v, int rank, const char* op) {
   check(v.dim() == rank, op, "expected a " + std::to_string(rank) + "-D tensor, got " +
                                  shape_str(v.shape));
+}
+
+// Calls fn(T{}) with the stored type of a floating dtype; throws naming the op otherwise.
+template <class Fn>
+void visit_floating(DType dtype, const char* op, Fn&& fn) {
+  check(is_floating(dtype), op, std::string("needs a floating dtype, got ") + dtype_name(dtype));
+  visit_dtype(dtype, [&](auto tag) {
+    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
+  });
 }
 
 }  // namespace ringflow::simt

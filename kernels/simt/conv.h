@@ -134,7 +134,7 @@ void conv2d_forward(const Exec& exec, const View& y, const View& x, const View& 
                     const View* bias, const Conv2dParams& p) {
   const ConvGeometry g = conv_geometry(x, w, y, p, "conv2d_forward");
   check_bias(bias, y, "conv2d_forward");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(y.numel(), ConvForwardBody<T>{nchw<T>(y), nchw<const T>(x), nchw<const T>(w),
                                                    bias ? bias->ptr<const T>() : nullptr,
@@ -146,7 +146,7 @@ template <class Exec>
 void conv2d_backward_data(const Exec& exec, const View& dx, const View& dy, const View& w,
                           const Conv2dParams& p) {
   const ConvGeometry g = conv_geometry(dx, w, dy, p, "conv2d_backward_data");
-  visit_floating(dx.dtype, [&](auto tag) {
+  visit_floating(dx.dtype, "conv2d_backward_data", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(dx.numel(), ConvBackwardDataBody<T>{nchw<T>(dx), nchw<const T>(dy),
                                                          nchw<const T>(w), g});
@@ -158,7 +158,7 @@ void conv2d_backward_weights(const Exec& exec, const View& dw, const View* db, c
                              const View& x, const Conv2dParams& p) {
   const ConvGeometry g = conv_geometry(x, dw, dy, p, "conv2d_backward_weights");
   check_bias(db, dy, "conv2d_backward_weights");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "conv2d_backward_weights", [&](auto tag) {
     using T = decltype(tag);
     const int64_t weights = dw.numel();
     exec.rows(weights + (db ? g.K : 0),

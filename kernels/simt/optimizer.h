@@ -22,12 +22,24 @@ struct SlotTable {
   OptimizerSlot slots[kMaxSlots];
   int64_t first_chunk[kMaxSlots + 1] = {};  // chunks before slot i; [count]: all chunks
 
-  // The slot of chunk c, and the chunk's first element in it.
-  RF_HD int slot_of(int64_t c, int64_t& start) const {
-    int s = 0;
-    while (c >= first_chunk[s + 1]) ++s;
-    start = (c - first_chunk[s]) * kChunk;
-    return s;
+  // Chunk c of the elements of type T: its parameter's tensors from the chunk's first
+  // element on (null states stay null), and its length.
+  template <class T>
+  struct Chunk {
+    T* param;
+    const T* grad;
+    T* state[2];
+    int64_t len;
+  };
+  template <class T>
+  RF_HD Chunk<T> chunk(int64_t c) const {
+    int i = 0;
+    while (c >= first_chunk[i + 1]) ++i;
+    const OptimizerSlot& s = slots[i];
+    const int64_t start = (c - first_chunk[i]) * kChunk;
+    const auto at = [start](void* p) { return p ? static_cast<T*>(p) + start : nullptr; };
+    return {at(s.param), static_cast<const T*>(s.grad) + start, {at(s.state[0]), at(s.state[1])},
+            s.numel - start < kChunk ? s.numel - start : kChunk};
   }
 };
 
@@ -39,12 +51,11 @@ struct SgdBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t chunk) const {
     using A = acc_t<T>;
-    int64_t start;
-    const OptimizerSlot& s = table.slots[table.slot_of(chunk, start)];
-    T* p = static_cast<T*>(s.param) + start;
-    const T* g = static_cast<const T*>(s.grad) + start;
-    T* buf = s.state[0] ? static_cast<T*>(s.state[0]) + start : nullptr;
-    const int64_t len = s.numel - start < kChunk ? s.numel - start : kChunk;
+    const auto c = table.template chunk<T>(chunk);
+    T* p = c.param;
+    const T* g = c.grad;
+    T* buf = c.state[0];
+    const int64_t len = c.len;
     const A lr = static_cast<A>(h.lr), wd = static_cast<A>(h.weight_decay);
     const A mom = static_cast<A>(h.momentum), keep = static_cast<A>(1 - h.dampening);
     block.for_each(len, [&](int64_t i) {
@@ -69,13 +80,11 @@ struct AdamBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t chunk) const {
     using A = acc_t<T>;
-    int64_t start;
-    const OptimizerSlot& s = table.slots[table.slot_of(chunk, start)];
-    T* p = static_cast<T*>(s.param) + start;
-    const T* g = static_cast<const T*>(s.grad) + start;
-    T* m = static_cast<T*>(s.state[0]) + start;
-    T* v = static_cast<T*>(s.state[1]) + start;
-    const int64_t len = s.numel - start < kChunk ? s.numel - start : kChunk;
+    const auto c = table.template chunk<T>(chunk);
+    T* p = c.param;
+    const T* g = c.grad;
+    T *m = c.state[0], *v = c.state[1];
+    const int64_t len = c.len;
     const A wd = static_cast<A>(h.weight_decay), decay = static_cast<A>(1 - h.lr * h.weight_decay);
     const A b1 = static_cast<A>(h.beta1), b2 = static_cast<A>(h.beta2);
     const A a1 = static_cast<A>(1 - h.beta1), a2 = static_cast<A>(1 - h.beta2);
@@ -117,23 +126,15 @@ void multi_tensor(const Exec& exec, const std::vector<OptimizerSlot>& slots, con
   }
 }
 
-template <class Fn>
-void visit_optimizer_dtype(DType dtype, const char* op, Fn&& fn) {
-  check(is_floating(dtype), op, std::string("needs a floating dtype, got ") + dtype_name(dtype));
-  visit_dtype(dtype, [&](auto tag) {
-    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
-  });
-}
-
 template <class Exec>
 void set_optimizer_kernels(Backend& b) {
   b.sgd_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
-    visit_optimizer_dtype(dtype, "sgd_step", [&](auto tag) {
+    visit_floating(dtype, "sgd_step", [&](auto tag) {
       multi_tensor<Exec, SgdBody<decltype(tag)>>(Exec{}, slots, h, "sgd_step");
     });
   };
   b.adam_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h) {
-    visit_optimizer_dtype(dtype, "adam_step", [&](auto tag) {
+    visit_floating(dtype, "adam_step", [&](auto tag) {
       for (const OptimizerSlot& s : slots)
         check(s.state[0] && s.state[1], "adam_step", "a slot lacks exp_avg or exp_avg_sq");
       multi_tensor<Exec, AdamBody<decltype(tag)>>(Exec{}, slots, h, "adam_step");

@@ -230,18 +230,10 @@ inline PoolGeometry pool_geometry(const View& x, const View& y, const Pool2dPara
           p.count_include_pad};
 }
 
-// Calls fn(T{}) for the floating dtypes.
-template <class Fn>
-void visit_floating(DType dtype, Fn&& fn) {
-  visit_dtype(dtype, [&](auto tag) {
-    if constexpr (is_float_v<acc_t<decltype(tag)>>) fn(tag);
-  });
-}
-
 template <class Exec>
 void max_pool2d_forward(const Exec& exec, const View& y, const View& x, const Pool2dParams& p) {
   const PoolGeometry g = pool_geometry(x, y, p, "max_pool2d_forward");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "max_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(y.numel(), MaxPoolForwardBody<T>{nchw<T>(y), nchw<const T>(x), g});
   });
@@ -253,7 +245,7 @@ void max_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const
   const PoolGeometry g = pool_geometry(x, dy, p, "max_pool2d_backward");
   check_same_shape(dx, x, "max_pool2d_backward");
   check_same_dtype(dx, x, "max_pool2d_backward");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(dx.numel(), MaxPoolBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy),
                                                         nchw<const T>(x), g});
@@ -263,7 +255,7 @@ void max_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const
 template <class Exec>
 void avg_pool2d_forward(const Exec& exec, const View& y, const View& x, const Pool2dParams& p) {
   const PoolGeometry g = pool_geometry(x, y, p, "avg_pool2d_forward");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "avg_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(y.numel(), AvgPoolForwardBody<T>{nchw<T>(y), nchw<const T>(x), g});
   });
@@ -272,7 +264,7 @@ void avg_pool2d_forward(const Exec& exec, const View& y, const View& x, const Po
 template <class Exec>
 void avg_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const Pool2dParams& p) {
   const PoolGeometry g = pool_geometry(dx, dy, p, "avg_pool2d_backward");
-  visit_floating(dx.dtype, [&](auto tag) {
+  visit_floating(dx.dtype, "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(dx.numel(), AvgPoolBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy), g});
   });
@@ -291,7 +283,7 @@ inline void check_adaptive(const View& big, const View& small, const char* op) {
 template <class Exec>
 void adaptive_avg_pool2d_forward(const Exec& exec, const View& y, const View& x) {
   check_adaptive(x, y, "adaptive_avg_pool2d_forward");
-  visit_floating(x.dtype, [&](auto tag) {
+  visit_floating(x.dtype, "adaptive_avg_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(y.numel(), AdaptiveAvgForwardBody<T>{nchw<T>(y), nchw<const T>(x),
                                                           x.shape[1], x.shape[2], x.shape[3],
@@ -302,7 +294,7 @@ void adaptive_avg_pool2d_forward(const Exec& exec, const View& y, const View& x)
 template <class Exec>
 void adaptive_avg_pool2d_backward(const Exec& exec, const View& dx, const View& dy) {
   check_adaptive(dx, dy, "adaptive_avg_pool2d_backward");
-  visit_floating(dx.dtype, [&](auto tag) {
+  visit_floating(dx.dtype, "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     exec.elementwise(dx.numel(), AdaptiveAvgBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy),
                                                             dx.shape[1], dx.shape[2],

@@ -82,12 +82,11 @@ void softmax_forward(const Exec& exec, const View& y, const View& x, int64_t dim
   const View ys = line_starts(y, dim, op), xs = line_starts(x, dim, op);
   if (y.numel() == 0) return;
   const Indexer<2> lines = make_indexer<2>({&ys, &xs}, op);
-  visit_dtype(y.dtype, [&](auto tag) {
+  visit_floating(y.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (is_float_v<acc_t<T>>)
-      exec.rows(lines.numel, SoftmaxForwardBody<T>{y.ptr<T>(), x.ptr<const T>(), lines,
-                                                   x.shape[dim], y.strides[dim],
-                                                   x.strides[dim], log});
+    exec.rows(lines.numel, SoftmaxForwardBody<T>{y.ptr<T>(), x.ptr<const T>(), lines,
+                                                 x.shape[dim], y.strides[dim], x.strides[dim],
+                                                 log});
   });
 }
 
@@ -104,13 +103,12 @@ void softmax_backward(const Exec& exec, const View& dx, const View& dy, const Vi
              ys = line_starts(y, dim, op);
   if (y.numel() == 0) return;
   const Indexer<3> lines = make_indexer<3>({&dxs, &dys, &ys}, op);
-  visit_dtype(y.dtype, [&](auto tag) {
+  visit_floating(y.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (is_float_v<acc_t<T>>)
-      exec.rows(lines.numel,
-                SoftmaxBackwardBody<T>{dx.ptr<T>(), dy.ptr<const T>(), y.ptr<const T>(), lines,
-                                       y.shape[dim], dx.strides[dim], dy.strides[dim],
-                                       y.strides[dim], log});
+    exec.rows(lines.numel,
+              SoftmaxBackwardBody<T>{dx.ptr<T>(), dy.ptr<const T>(), y.ptr<const T>(), lines,
+                                     y.shape[dim], dx.strides[dim], dy.strides[dim],
+                                     y.strides[dim], log});
   });
 }
 
