@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp.h"
+#include "comm/ddp/ddp.h"
 #include "framework/nn/module.h"
 #include "framework/optim/optimizer.h"
 

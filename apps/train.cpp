@@ -29,8 +29,8 @@
 #include "apps/device_choice.h"
 #include "apps/gradient_sync.h"
 #include "apps/trace.h"
-#include "comm/mpi_process_group.h"
-#include "comm/nccl_process_group.h"
+#include "comm/group/mpi_process_group.h"
+#include "comm/group/nccl_process_group.h"
 #include "framework/ringflow.h"
 #include "models/registry.h"
 

@@ -37,12 +37,12 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "comm/allreduce.h"
-#include "comm/mpi_process_group.h"
-#include "comm/mpi_transport.h"
-#include "comm/nccl_process_group.h"
-#include "comm/shm_transport.h"
-#include "comm/tcp_transport.h"
+#include "comm/algorithms/allreduce.h"
+#include "comm/group/mpi_process_group.h"
+#include "comm/transport/mpi_transport.h"
+#include "comm/group/nccl_process_group.h"
+#include "comm/transport/shm_transport.h"
+#include "comm/transport/tcp_transport.h"
 #include "framework/ops.h"
 
 namespace {
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
     MPI_Comm comm, native_comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &native_comm);
-    // The process group's choice (comm/mpi_process_group.h): shared memory on one node,
+    // The process group's choice (comm/group/mpi_process_group.h): shared memory on one node,
     // else TCP, else MPI; or the one asked for.
     MpiTransport mpi_transport(comm);
     std::unique_ptr<ShmTransport> shm_transport;

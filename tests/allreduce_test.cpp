@@ -18,11 +18,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "comm/allreduce.h"
-#include "comm/detail.h"
-#include "comm/mpi_transport.h"
-#include "comm/shm_transport.h"
-#include "comm/tcp_transport.h"
+#include "comm/algorithms/allreduce.h"
+#include "comm/base/scratch.h"
+#include "comm/transport/mpi_transport.h"
+#include "comm/transport/shm_transport.h"
+#include "comm/transport/tcp_transport.h"
 
 using namespace ringflow;
 using namespace ringflow::comm;

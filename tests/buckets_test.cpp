@@ -1,4 +1,4 @@
-// The DDP bucket assignment (comm/buckets.h) and the traffic closed forms (comm/traffic.h),
+// The DDP bucket assignment (comm/ddp/buckets.h) and the traffic closed forms (comm/base/traffic.h),
 // without MPI: caps, dtypes, the first-bucket cap, ordering, argument errors; the traffic of
 // each algorithm summed over the ranks (what one sends another receives) and against the
 // issue's formulas.
@@ -6,9 +6,9 @@
 
 #include <numeric>
 
-#include "comm/allreduce.h"
-#include "comm/buckets.h"
-#include "comm/traffic.h"
+#include "comm/algorithms/allreduce.h"
+#include "comm/ddp/buckets.h"
+#include "comm/base/traffic.h"
 
 namespace ringflow::comm {
 namespace {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_process_group.h"
+#include "comm/group/mpi_process_group.h"
 #include "framework/ringflow.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "comm/mpi_process_group.h"
+#include "comm/group/mpi_process_group.h"
 #include "framework/ringflow.h"
 
 namespace ringflow::comm {

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp.h"
-#include "comm/mpi_process_group.h"
+#include "comm/ddp/ddp.h"
+#include "comm/group/mpi_process_group.h"
 #include "framework/ringflow.h"
 #include "tests/testing.h"
 #include "models/registry.h"

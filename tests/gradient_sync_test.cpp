@@ -24,7 +24,7 @@
 
 #include "apps/device_choice.h"
 #include "apps/gradient_sync.h"
-#include "comm/mpi_process_group.h"
+#include "comm/group/mpi_process_group.h"
 #include "framework/ringflow.h"
 #include "tests/testing.h"
 

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/device_choice.h"
-#include "comm/mpi_process_group.h"
-#include "comm/nccl_detail.h"
-#include "comm/nccl_process_group.h"
+#include "comm/group/device_choice.h"
+#include "comm/group/mpi_process_group.h"
+#include "comm/group/nccl_detail.h"
+#include "comm/group/nccl_process_group.h"
 #include "framework/ringflow.h"
 #include "kernels/cuda_devices.h"
 #include "tests/skip_listener.h"

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/mpi_process_group.h"
+#include "comm/group/mpi_process_group.h"
 #include "framework/ringflow.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.

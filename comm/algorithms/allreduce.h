@@ -1,0 +1,26 @@
+// The allreduce algorithms of our own, each in its own file, built on a Transport, plus
+// the choice among them. In place on a host buffer of `count` elements of `dtype`;
+// f16/bf16 are accumulated in f32 at every addition. ReduceOp::avg divides once, at the end.
+// Every algorithm leaves the same bits on every rank (each element is reduced once, or by
+// both partners from the same operands), as data-parallel replicas need.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/base/reduce.h"
+#include "comm/base/types.h"
+#include "comm/transport/transport.h"
+
+namespace ringflow::comm {
+
+void naive_allreduce(Transport& t, Buffer buf, ReduceOp op, int root = 0);  // gather-scatter
+void tree_allreduce(Transport& t, Buffer buf, ReduceOp op);                 // binomial tree
+void recursive_doubling_allreduce(Transport& t, Buffer buf, ReduceOp op);
+// Reduce-scatter then allgather over size() chunks (uneven handled), each step pipelined in
+// segments of at most segment_bytes so that large messages stream.
+void ring_allreduce(Transport& t, Buffer buf, ReduceOp op, size_t segment_bytes = 1 << 20);
+
+// What Algorithm::automatic resolves to for this message and world size.
+Algorithm choose_allreduce(size_t bytes, int world_size);
+
+}  // namespace ringflow::comm

@@ -1,0 +1,189 @@
+// MpiProcessGroup: the ProcessGroup contract (comm/group/process_group.h) over MPICH.
+//
+// Threading: every collective runs on one communication thread per group, in issue order,
+// so the caller keeps computing (the DDP reducer overlaps backward with communication
+// through this). The group owns three duplicates of the parent communicator: one for
+// MPI's own collectives and send/recv, one for our allreduce algorithms, one for
+// checking-mode fingerprints, so their messages never match each other's. Our algorithms
+// talk through shared memory when every rank is on this node (ShmTransport), else through
+// TCP connections of their own (TcpTransport), both made at construction, else through MPI
+// point to point (MpiTransport); see MpiProcessGroupOptions.
+//
+// MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
+// group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
+// must have asked for MPI_THREAD_MULTIPLE); MPI is finalised at exit only if a group
+// initialised it. Destroy every group before main returns.
+//
+// Timeouts: see Note [timeouts] in mpi_process_group.cpp.
+//
+// CUDA tensors: taken too, and staged through page-locked host memory on the communication
+// thread (copied to the host before the collective and back after it), so that our
+// algorithms and MPI's own collectives run on device buffers; see Note [CUDA tensors over
+// MPI] in mpi_process_group.cpp. The ranks may share one GPU. NcclProcessGroup
+// (comm/group/nccl_process_group.h) moves device memory directly, one GPU per rank.
+//
+// Reductions of f16/bf16: with Algorithm::native (and for reduce, reduce_scatter) the
+// tensor is widened to f32, reduced by MPI in f32 and rounded back once (MPICH 4.0 has no
+// 16-bit float type); our algorithms (naive, tree, recursive doubling, ring) add in f32
+// and round back after each addition (comm/algorithms/allreduce.h). Counts are limited to INT_MAX
+// elements per call (MPI's int count); more throws std::invalid_argument at the call.
+// ReduceOp::avg is a sum divided once by size() at the end (integers truncate).
+//
+// Traffic (Work::traffic): our allreduce algorithms report the bytes their transport moved
+// (measured, payload only); MPI's own collectives report the models of comm/base/traffic.h, with 16-bit
+// reductions counted at the f32 width they travel at.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/group/process_group.h"
+
+namespace ringflow::comm {
+
+class ShmTransport;
+class TcpTransport;
+
+struct MpiProcessGroupOptions {
+  // Before each collective, exchange a fingerprint (kind, reduce op, dtype, count, root,
+  // algorithm, sequence number) with every rank: a mismatch fails the collective on every
+  // rank with both fingerprints in the message, and a rank that does not arrive within the
+  // timeout is named. Costs one small all-to-all message round per collective.
+  bool checking = false;
+  // Our allreduce algorithms (naive, tree, recursive doubling, ring) talk through shared
+  // memory (comm/transport/shm_transport.h) when every rank of the group is on this node (why: Note
+  // [shared-memory transport] in comm/transport/shm_transport.cpp); false: not through shared memory.
+  bool shared_memory = true;
+  // Otherwise (across nodes, or on one node without shared memory) through TCP
+  // connections of their own (comm/transport/tcp_transport.h; why: Note [TCP transport] in
+  // comm/transport/tcp_transport.cpp), made at construction on socket_interface ("": the first that
+  // is up and not loopback, as NCCL picks), or through MPI point to point where those
+  // cannot be made (why_not_tcp() says why). false: MPI point to point.
+  bool sockets = true;
+  std::string socket_interface;
+};
+
+// RINGFLOW_COMM_CHECK=1 in the environment: for apps and tests to pass into the options
+// (the library itself reads no environment variable).
+bool comm_check_requested_by_env();
+
+// Initialises MPI with MPI_THREAD_MULTIPLE unless it is initialised already (then throws
+// if it provides less than MPI_THREAD_MULTIPLE). Finalises at exit only if it initialised.
+void ensure_mpi_initialized();
+
+class MpiProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over `parent` (MPI_Comm_dup).
+  explicit MpiProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, MpiProcessGroupOptions options = {});
+  // Runs the collectives still queued, then stops the communication thread and frees the
+  // communicators.
+  ~MpiProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+  bool checking() const { return options_.checking; }
+  // Empty while usable; the reason once a collective timed out (see the contract).
+  std::string broken_reason() const;
+  // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
+  std::string transport_name() const;
+  // Why the TCP connections were not made, when options.sockets asked for them and shared
+  // memory was not used; empty otherwise.
+  const std::string& why_not_tcp() const { return why_not_tcp_; }
+
+  // A tensor argument of a collective and the host memory that MPI reads and writes for it:
+  // the tensor's own for a CPU tensor, a block of the staging area for a CUDA tensor.
+  struct Arg {
+    Tensor tensor;         // undefined: none on this rank (gather's output off the root)
+    bool in = false;       // read by the collective on this rank
+    bool out = false;      // written by it on this rank
+    void* host = nullptr;  // set by stage_in
+    bool staged() const { return tensor.defined() && tensor.device().is_cuda() && (in || out); }
+  };
+
+  struct Fingerprint {
+    int32_t kind = 0;       // Kind
+    int32_t op = 0;         // ReduceOp
+    int32_t dtype = 0;      // DType
+    int32_t algorithm = 0;  // Algorithm (allreduce only)
+    int32_t root = 0;
+    int32_t pad = 0;
+    int64_t count = 0;      // elements per rank (the block of allgather, scatter, ...)
+    int64_t seq = 0;        // sequence number of the collective in this group
+    bool operator==(const Fingerprint&) const = default;
+  };
+
+ protected:
+  void check_device(const char* what, const char* role, Device device) const override;
+  std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allreduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allgather(const Tensor& output, const Tensor& input,
+                                     const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce_scatter(const Tensor& output, const Tensor& input,
+                                          const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_gather(const Tensor& output, const Tensor& input,
+                                  const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_scatter(const Tensor& output, const Tensor& input,
+                                   const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_barrier(const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_send(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+
+ private:
+  struct Op;
+  using Body = std::function<void(Op&)>;
+  std::shared_ptr<Work> enqueue_collective(Fingerprint fp, const CollectiveOptions& options,
+                                           std::vector<Arg> args, Body body);
+  std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
+                                const std::function<std::string(int64_t seq)>& describe_op);
+  void run_loop();
+  void run(Op& op);
+  void stage_in(Op& op);   // CUDA tensors the collective reads -> the staging area
+  int comm_thread_device_ = -1;  // the CUDA device current on the comm thread (stage_in)
+  void stage_out(Op& op);  // the staging area -> CUDA tensors it wrote
+  void exchange_fingerprints(Op& op);
+  // Polls the requests (MPI_Testsome) until all complete or the op's deadline passes;
+  // returns the indices still incomplete (empty: all done). statuses (optional, one per
+  // request) receives each completed request's status. peers (optional, one per request):
+  // while waiting, the Work's status names the peers still missing.
+  std::vector<int> poll(Op& op, std::vector<MPI_Request>& requests, const char* call,
+                        MPI_Status* statuses = nullptr, const std::vector<int>* peers = nullptr);
+  void wait_or_timeout(Op& op, std::vector<MPI_Request>& requests, const char* call);
+
+  MpiProcessGroupOptions options_;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;        // MPI's collectives, send/recv
+  MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
+  std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
+  std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
+  std::string why_not_tcp_;
+  mutable std::mutex mutex_;
+  int64_t next_seq_ = 0;                 // collectives issued, under mutex_
+  int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Op>> queue_;
+  std::atomic<size_t> queued_{0};          // queue_.size(), for the comm thread's spin
+  bool stopping_ = false;
+  std::string broken_;                      // comm thread writes, under mutex_
+  std::vector<MPI_Request> abandoned_;      // requests of timed-out collectives
+  void* staging_ = nullptr;                 // pinned host memory; comm thread only
+  size_t staging_bytes_ = 0;
+  // Threads blocked in this group's Works: the comm thread polls hard only while some are.
+  const std::shared_ptr<Waiters> waiters_ = std::make_shared<Waiters>();
+  std::thread thread_;
+};
+
+}  // namespace ringflow::comm

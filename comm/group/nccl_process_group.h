@@ -1,0 +1,116 @@
+// NcclProcessGroup: the ProcessGroup contract (comm/group/process_group.h) for CUDA tensors over
+// NCCL, one GPU per rank.
+//
+// Bootstrap (collective over MPI, every rank constructs it): the ranks exchange host names
+// and pick their GPU (NcclProcessGroupOptions::device; by default the local rank modulo the
+// host's device count, see comm/group/device_choice.h), check that every rank has one and that no
+// two share one, rank 0's ncclUniqueId is broadcast over MPI, and every rank creates its
+// NCCL communicator (nonblocking, polled under the timeout). Any failure throws CommError on
+// every rank, naming the rank and the reason. NCCL refuses two ranks of one communicator on
+// one GPU ("Duplicate GPU detected"): on a host with a single GPU only world size 1 runs.
+// MpiProcessGroup takes CUDA tensors too (staged through host memory) and lets ranks share
+// a GPU.
+//
+// Devices: the constructing thread's current CUDA device becomes device() (as
+// torch.cuda.set_device(local_rank) would): ringflow allocates CUDA tensors and runs their
+// kernels on the current device, so create this group's tensors there, and call
+// set_cuda_device(pg.device()) (kernels/cuda_devices.h) in any other thread that does.
+//
+// Streams and completion (Note [NCCL streams] in nccl_process_group.cpp): collectives are
+// issued on the calling thread (NCCL only queues work: there is no communication thread),
+// on the group's own CUDA stream, ordered after the work queued so far on the device's
+// legacy default stream (where every ringflow kernel runs) by an event. The Work completes
+// when an event recorded after the NCCL call has completed. Thread-safe: a mutex serialises
+// issuing, so sequence numbers follow the order of the calls.
+//
+// Timeouts and errors (Note [NCCL timeouts]): wait() and is_completed() poll the event and
+// ncclCommGetAsyncError. Once options.timeout has passed since the collective was issued,
+// or NCCL reports an error, the communicator is aborted (NCCL cannot cancel a single
+// collective) and the group is broken: the Work fails with a CommError naming the
+// collective, its sequence number and this rank, and every later collective fails at once.
+// wait(timeout) with a shorter timeout only throws; the collective goes on.
+//
+// What differs from MpiProcessGroup:
+//  - Tensors must be on this group's device (device()); CPU tensors throw
+//    std::invalid_argument at the call.
+//  - allreduce is NCCL's own (Algorithm::automatic or native); asking for one of our
+//    algorithms (naive, tree, recursive_doubling, ring) throws std::invalid_argument: they
+//    run over MPI (MpiProcessGroup, on device tensors too).
+//  - broadcast, reduce, allreduce, allgather and reduce_scatter are NCCL's collectives;
+//    gather and scatter are grouped ncclSend/ncclRecv; barrier is an allreduce of one
+//    element, complete once every rank has reached it.
+//  - f16/bf16 are reduced in their own precision at each step (NCCL), not with f32
+//    accumulation. ReduceOp::avg is ncclAvg (integers truncate).
+//  - send/recv: NCCL has no tags. Messages between two ranks match in issue order; the tag
+//    must be >= 0 and is otherwise ignored, and a length mismatch is not detected.
+//  - No checking mode (no fingerprints); counts are not limited to INT_MAX.
+//
+// In a build without CUDA (kernels/no_cuda.cpp, comm/group/no_nccl.cpp) the constructors throw
+// CommError saying so.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "comm/group/mpi_process_group.h"
+#include "comm/group/process_group.h"
+
+namespace ringflow::comm {
+
+struct NcclProcessGroupOptions {
+  // CUDA device of this rank; -1: the local rank modulo the host's device count.
+  int device = -1;
+  // Deadline of the bootstrap: the MPI exchanges and the communicator's creation.
+  Timeout timeout = kDefaultTimeout;
+};
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  // Collective over the ranks of `parent` (a temporary MpiProcessGroup over it carries the
+  // bootstrap).
+  explicit NcclProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, NcclProcessGroupOptions options = {});
+  // Collective over the ranks of `bootstrap`, which carries the bootstrap and may be
+  // destroyed afterwards. NCCL ranks are bootstrap's ranks.
+  explicit NcclProcessGroup(MpiProcessGroup& bootstrap, NcclProcessGroupOptions options = {});
+  // Waits for the collectives still running (up to their deadlines), then frees the
+  // communicator (ncclCommFinalize + ncclCommDestroy), or aborts it when it is broken or a
+  // collective did not finish in time. Works may outlive the group.
+  ~NcclProcessGroup() override;
+
+  int rank() const override;
+  int size() const override;
+  std::string backend_name() const override { return "nccl"; }
+  int device() const;  // the CUDA device index this rank's tensors must be on
+  // Empty while usable; the reason once a collective failed or timed out.
+  std::string broken_reason() const;
+
+  struct State;  // shared with the Works (nccl_process_group.cpp)
+
+ protected:
+  void check_device(const char* what, const char* role, Device device) const override;
+  std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allreduce(const Tensor& tensor, const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_allgather(const Tensor& output, const Tensor& input,
+                                     const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_reduce_scatter(const Tensor& output, const Tensor& input,
+                                          const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_gather(const Tensor& output, const Tensor& input,
+                                  const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_scatter(const Tensor& output, const Tensor& input,
+                                   const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_barrier(const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_send(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+  std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
+                                const CollectiveOptions&) override;
+
+ private:
+  void init(MpiProcessGroup& bootstrap, const NcclProcessGroupOptions& options);
+  std::shared_ptr<State> state_;
+  Tensor barrier_buffer_;  // one f32 on device(), the barrier's allreduce
+};
+
+}  // namespace ringflow::comm

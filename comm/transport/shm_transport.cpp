@@ -1,0 +1,365 @@
+// Note [shared-memory transport]: why our algorithms do not talk through MPI on one node.
+// MPICH 4.0.2 (ch4:ucx, UCX 1.13) moves a large message between two ranks of one node by
+// rendezvous over CMA: the receiver copies the sender's pages with process_vm_readv,
+// which pins and copies page by page in the kernel, at about half the speed of a
+// user-space memcpy (measured here: 6.5 against 12 GB/s on 32 MB, 9 against 24-34 GB/s
+// on 256 KB-1 MB); a bare 32 MB MPI_Sendrecv between 2 ranks ran at 3.2 GB/s when memcpy
+// ran at 7-8. UCX's alternatives are slower still (UCX_TLS=sysv,self: copy-in/copy-out
+// through 8 KB active messages, 1 GB/s; posix: 0.07 GB/s), and there is no knem or xpmem.
+// A ring step at 2 ranks is "receive 32 MB, reduce it in", so over MPI it is two copies
+// in the kernel plus a reduction, which cannot come near the memcpy bound.
+//
+// Here each ordered pair of ranks (a -> b) has a channel in a's segment (POSIX shared
+// memory, every rank maps every segment):
+//
+//   [head: written (a's count of pieces published), consumed (b's count of pieces done),
+//          each on its own cache line]
+//   [slot 0: message_bytes, piece_bytes | slot_bytes of data] ... [slot slots-1: ...]
+//
+// A message goes as ceil(bytes / slot_bytes) pieces (one for 0 bytes); piece i lies in slot
+// i % slots. a writes a piece into a free slot (written - consumed < slots), then publishes
+// it (written + 1, release); b waits for written > consumed (acquire), copies or reduces
+// the piece out of the slot, then frees it (consumed + 1, release). The counters only
+// grow, so consecutive messages on a channel follow each other, in order, as MPI's do on
+// one (communicator, peer, tag). sendrecv interleaves its send and receive pieces, so it
+// cannot deadlock with any peer, itself included; a message longer than a channel holds
+// (slots * slot_bytes) is rendezvous-like: the sender waits for the receiver to drain.
+// The slots of a channel (2 MiB by default) stay in cache, so a copy through them costs
+// one memcpy from memory at each end, and a reduction reads the incoming piece from cache.
+//
+// Waiting: a rank that can neither send nor receive spins for 20 us (a piece from a peer
+// that is running arrives within that), then pauses between looks as MpiTransport does
+// (comm/base/backoff.h: yields while a thread waits for the collective, else sleeps).
+// Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
+// publishes (after a 50 us spin). In interleaved runs here (2 ranks, bound to cores or
+// not, other jobs on the 2 cores, 5 runs each) neither policy came out ahead: both had
+// runs at 9-15 GB/s at 1 MB and runs at about 3 GB/s at every size, the latter from the
+// other jobs (MPI_Allreduce halved in the same runs). The simpler one stays.
+#include "comm/transport/shm_transport.h"
+
+#include <fcntl.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "comm/base/reduce.h"
+#include "comm/base/backoff.h"
+#include "comm/base/mpi_error.h"
+#include "framework/error.h"
+
+namespace ringflow::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kLine = 64;
+constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
+constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
+constexpr size_t kMaxSegment = size_t{64} << 20;
+constexpr size_t kMinSlot = size_t{4} << 10;
+constexpr int kNameBytes = 64;
+constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// memcpy with non-temporal stores: the destination's lines are not read first (no
+// read-for-ownership) and do not displace the cache.
+void copy_streaming(unsigned char* dst, const unsigned char* src, size_t bytes) {
+#if defined(__SSE2__)
+  const size_t head = std::min(bytes, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  _mm_sfence();
+  std::memcpy(dst + i, src + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
+uint64_t* written(unsigned char* channel) { return reinterpret_cast<uint64_t*>(channel); }
+uint64_t* consumed(unsigned char* channel) {
+  return reinterpret_cast<uint64_t*>(channel + kLine);
+}
+uint64_t load(uint64_t* p, std::memory_order order) { return std::atomic_ref<uint64_t>(*p).load(order); }
+void store(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_release); }
+
+size_t pieces(size_t bytes, size_t slot_bytes) {
+  return bytes == 0 ? 1 : (bytes + slot_bytes - 1) / slot_bytes;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+void check_mpi(int code, const char* call) { detail::check_mpi(code, "ShmTransport::create", call); }
+
+// Maps `name` (bytes long) read-write, or returns nullptr with *error set.
+unsigned char* map_segment(const char* name, size_t bytes, bool create, std::string* error) {
+  const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
+  if (fd < 0) {
+    *error = cat("shm_open(", name, "): ", errno_text());
+    return nullptr;
+  }
+  if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    *error = cat("ftruncate(", name, ", ", bytes, "): ", errno_text());
+    close(fd);
+    return nullptr;
+  }
+  struct stat st{};
+  if (!create && (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes)) {
+    *error = cat("segment ", name, " is not ", bytes, " bytes long");
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    *error = cat("mmap(", name, ", ", bytes, "): ", errno_text());
+    return nullptr;
+  }
+  return static_cast<unsigned char*>(p);
+}
+
+// A name no other segment on this node has: pid, a counter, and random bits.
+std::string segment_name() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device device;
+  const uint64_t salt = (uint64_t{device()} << 32) ^ device();
+  return cat("/ringflow-shm.", getpid(), ".", counter++, ".", salt % 1000000007);
+}
+
+}  // namespace
+
+std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, ShmTransportOptions options,
+                                                   std::string* why_not) {
+  RF_CHECK(comm != MPI_COMM_NULL, "ShmTransport: null communicator");
+  RF_CHECK(options.slot_bytes > 0 && options.slots > 0,
+           "ShmTransport: slot_bytes and slots must be > 0");
+  std::string reason;
+  int rank = 0, size = 1;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+
+  // Only where MPI counts every rank on this node (bench/cluster's hosts do not share one,
+  // although their namespaces could share /dev/shm).
+  MPI_Comm local;
+  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
+            "MPI_Comm_split_type");
+  int local_size = 0;
+  check_mpi(MPI_Comm_size(local, &local_size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_free(&local), "MPI_Comm_free");
+  int all_local = local_size == size ? 1 : 0, every_rank_local = 0;
+  check_mpi(MPI_Allreduce(&all_local, &every_rank_local, 1, MPI_INT, MPI_MIN, comm),
+            "MPI_Allreduce");
+  if (!every_rank_local) {
+    if (why_not) *why_not = "the ranks are not all on one node";
+    return nullptr;
+  }
+
+  size_t slot_bytes = (options.slot_bytes + kLine - 1) / kLine * kLine;
+  const int slots = options.slots;
+  auto segment_bytes_for = [&](size_t slot) {
+    return static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
+  };
+  while (slot_bytes > kMinSlot && segment_bytes_for(slot_bytes) > kMaxSegment) slot_bytes /= 2;
+  slot_bytes = std::max(kLine, slot_bytes / kLine * kLine);
+  const size_t segment_bytes = segment_bytes_for(slot_bytes);
+
+  // Each rank makes its own segment; all names go to everyone; each maps the others.
+  char name[kNameBytes] = {};
+  const std::string own_name = segment_name();
+  std::snprintf(name, sizeof name, "%s", own_name.c_str());
+  std::vector<unsigned char*> segments(size, nullptr);
+  segments[rank] = map_segment(name, segment_bytes, /*create=*/true, &reason);
+  const bool created = segments[rank] != nullptr;
+  std::vector<char> names(static_cast<size_t>(size) * kNameBytes);
+  check_mpi(MPI_Allgather(name, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, comm),
+            "MPI_Allgather");
+  bool ok = created;
+  for (int q = 0; q < size && ok; ++q) {
+    if (q == rank) continue;
+    segments[q] = map_segment(&names[q * kNameBytes], segment_bytes, /*create=*/false, &reason);
+    ok = segments[q] != nullptr;
+  }
+  int mine = ok ? 1 : 0, everyone = 0;
+  check_mpi(MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  // Every rank has opened every segment (or given up): the names can go.
+  if (created) shm_unlink(name);
+  if (!everyone) {
+    for (unsigned char* s : segments) {
+      if (s) munmap(s, segment_bytes);
+    }
+    if (why_not) *why_not = ok ? "another rank could not map the shared segments" : reason;
+    return nullptr;
+  }
+  return std::unique_ptr<ShmTransport>(
+      new ShmTransport(rank, size, slot_bytes, slots, std::move(segments), segment_bytes));
+}
+
+ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, int slots,
+                           std::vector<unsigned char*> segments, size_t segment_bytes)
+    : rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      slots_(slots),
+      channel_bytes_(kHeadBytes + slots * (kSlotHeadBytes + slot_bytes)),
+      segments_(std::move(segments)),
+      segment_bytes_(segment_bytes) {}
+
+ShmTransport::~ShmTransport() {
+  for (unsigned char* s : segments_) munmap(s, segment_bytes_);
+}
+
+unsigned char* ShmTransport::channel(int writer, int reader) const {
+  return segments_[writer] + static_cast<size_t>(reader) * channel_bytes_;
+}
+
+void ShmTransport::send(const void* data, size_t bytes, int peer) {
+  exchange(data, bytes, peer, nullptr, 0, -1, {}, "send");
+}
+
+void ShmTransport::recv(void* data, size_t bytes, int peer) {
+  exchange(nullptr, 0, -1, data, bytes, peer, {}, "recv");
+}
+
+void ShmTransport::sendrecv(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                            size_t recv_bytes, int from) {
+  exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, {}, "sendrecv");
+}
+
+void ShmTransport::sendrecv_streaming(const void* send_data, size_t send_bytes, int to,
+                                      void* recv_data, size_t recv_bytes, int from) {
+  exchange(send_data, send_bytes, to, recv_data, recv_bytes, from, {.streaming = true},
+           "sendrecv");
+}
+
+void ShmTransport::sendrecv_reduce(const void* send_data, size_t send_bytes, int to, void* inout,
+                                   int64_t count, DType dtype, ReduceOp op, int from) {
+  RF_CHECK(count >= 0, "ShmTransport::sendrecv_reduce: negative count ", count);
+  exchange(send_data, send_bytes, to, inout, static_cast<size_t>(count) * dtype_size(dtype), from,
+           {.reduce = true, .dtype = dtype, .op = op}, "sendrecv_reduce");
+}
+
+void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                            size_t recv_bytes, int from, Landing landing, const char* call) {
+  if (!broken_.empty()) {
+    throw std::runtime_error(cat("ShmTransport ", call, " on rank ", rank_,
+                                 ": unusable since an earlier call failed: ", broken_));
+  }
+  RF_CHECK(to < size_ && from < size_, "ShmTransport ", call, ": peer outside the group of ",
+           size_, " ranks (to ", to, ", from ", from, ")");
+  const auto* out = static_cast<const unsigned char*>(send_data);
+  auto* in = static_cast<unsigned char*>(recv_data);
+  const size_t send_pieces = to >= 0 ? pieces(send_bytes, slot_bytes_) : 0;
+  const size_t recv_pieces = from >= 0 ? pieces(recv_bytes, slot_bytes_) : 0;
+  unsigned char* const out_channel = to >= 0 ? channel(rank_, to) : nullptr;
+  unsigned char* const in_channel = from >= 0 ? channel(from, rank_) : nullptr;
+  const size_t esize = landing.reduce ? dtype_size(landing.dtype) : 1;
+  auto slot = [&](unsigned char* ch, uint64_t piece) {
+    return ch + kHeadBytes + (piece % static_cast<uint64_t>(slots_)) * (kSlotHeadBytes + slot_bytes_);
+  };
+
+  size_t sent = 0, received = 0, sent_bytes = 0, received_bytes = 0;
+  auto can_send = [&] {
+    return sent < send_pieces &&
+           load(written(out_channel), std::memory_order_relaxed) -
+                   load(consumed(out_channel), std::memory_order_acquire) <
+               static_cast<uint64_t>(slots_);
+  };
+  auto can_receive = [&] {
+    return received < recv_pieces && load(written(in_channel), std::memory_order_acquire) >
+                                         load(consumed(in_channel), std::memory_order_relaxed);
+  };
+  auto idle_since = Clock::now();
+  Backoff backoff(0, waiters());  // after kSpin of spinning
+  bool idle = false;
+  while (sent < send_pieces || received < recv_pieces) {
+    bool progress = false;
+    if (can_send()) {
+      const uint64_t w = load(written(out_channel), std::memory_order_relaxed);
+      const size_t len = std::min(slot_bytes_, send_bytes - sent_bytes);
+      unsigned char* s = slot(out_channel, w);
+      const uint64_t head[2] = {send_bytes, len};
+      std::memcpy(s, head, sizeof head);
+      if (len > 0) std::memcpy(s + kSlotHeadBytes, out + sent_bytes, len);
+      store(written(out_channel), w + 1);
+      ++sent;
+      sent_bytes += len;
+      progress = true;
+    }
+    if (can_receive()) {
+      const uint64_t c = load(consumed(in_channel), std::memory_order_relaxed);
+      const unsigned char* s = slot(in_channel, c);
+      uint64_t head[2];
+      std::memcpy(head, s, sizeof head);
+      const size_t len = std::min(slot_bytes_, recv_bytes - received_bytes);
+      if (head[0] != recv_bytes || head[1] != len) {
+        broken_ = cat("rank ", rank_, " expected a message of ", recv_bytes, " bytes from rank ",
+                      from, ", got ", head[0], " (the ranks disagree on the collective's size)");
+        throw std::runtime_error(cat("ShmTransport ", call, ": ", broken_));
+      }
+      if (len > 0) {
+        if (landing.reduce) {
+          reduce_into(in + received_bytes, s + kSlotHeadBytes, static_cast<int64_t>(len / esize),
+                      landing.dtype, landing.op);
+        } else if (landing.streaming) {
+          copy_streaming(in + received_bytes, s + kSlotHeadBytes, len);
+        } else {
+          std::memcpy(in + received_bytes, s + kSlotHeadBytes, len);
+        }
+      }
+      store(consumed(in_channel), c + 1);
+      ++received;
+      received_bytes += len;
+      progress = true;
+    }
+    if (progress) {
+      idle = false;
+      continue;
+    }
+    // Nothing moved: spin, yield, then sleep (Note [shared-memory transport]).
+    const auto now = Clock::now();
+    if (!idle) idle_since = now, idle = true;
+    if (now >= deadline_) {
+      std::string waiting;
+      if (sent < send_pieces) waiting = cat("rank ", to);
+      if (received < recv_pieces && !(sent < send_pieces && from == to)) {
+        waiting += cat(waiting.empty() ? "" : ", ", "rank ", from);
+      }
+      broken_ = cat(call, " timed out waiting for ", waiting);
+      throw std::runtime_error(cat("ShmTransport ", call, " on rank ", rank_,
+                                   " timed out waiting for ", waiting));
+    }
+    if (now - idle_since < kSpin) {
+      cpu_relax();
+    } else {
+      backoff.pause();
+    }
+  }
+}
+
+}  // namespace ringflow::comm

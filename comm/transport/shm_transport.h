@@ -1,0 +1,96 @@
+// A Transport through shared memory, for the ranks of one node: see Note [shared-memory
+// transport] in shm_transport.cpp. Each ordered pair of ranks (a -> b) has a channel, a
+// FIFO of `slots` slots of `slot_bytes` in a's segment, filled by a and drained by b; a
+// message goes as pieces of up to slot_bytes, in order. The receiver reads each piece where
+// it lies, so sendrecv_reduce reduces straight from shared memory (one pass, no receive
+// buffer), and every copy is one user-space memcpy into or out of a slot in cache: no
+// kernel call, no page pinning.
+//
+// Made collectively over an MPI communicator, MPI being used only for the set-up (which
+// ranks share a node, the names of the segments): create() returns nullptr on every rank,
+// with the reason, unless every rank of the communicator is on this node and each could
+// map every segment. Destroying it is local (no collective): it unmaps the segments, and
+// the kernel frees them once every rank has. Nothing a peer does later can write into the
+// caller's buffers, only into the segments.
+//
+// Threading: calls from one thread at a time. Waiting: spins for 20 us, then yields, then
+// (after 20 ms without progress) sleeps 50 us between looks, as MpiTransport does with a
+// deadline. With a deadline (set_deadline; the process group sets its collective's), a
+// wait past it throws std::runtime_error naming the rank waited for, and the transport is
+// then unusable (its channels stop part-way through a message): every later call throws.
+// A message of another length than expected throws as well.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/transport/transport.h"
+
+namespace ringflow::comm {
+
+struct ShmTransportOptions {
+  size_t slot_bytes = size_t{256} << 10;  // per slot, rounded up to 64 bytes
+  int slots = 8;                          // per channel
+};
+
+class ShmTransport final : public Transport {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  // Collective over comm. nullptr (and *why_not, when given) where the ranks are not all
+  // on this node or shared memory cannot be had. A segment holds size() channels; for
+  // large groups slot_bytes shrinks so that a segment stays within 64 MiB.
+  static std::unique_ptr<ShmTransport> create(MPI_Comm comm, ShmTransportOptions options = {},
+                                              std::string* why_not = nullptr);
+  ~ShmTransport() override;
+  ShmTransport(const ShmTransport&) = delete;
+  ShmTransport& operator=(const ShmTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+  int slots() const { return slots_; }
+  // Deadline::max() (the default): wait for ever, as blocking MPI calls do.
+  void set_deadline(Deadline deadline) { deadline_ = deadline; }
+
+  void send(const void* data, size_t bytes, int peer) override;
+  void recv(void* data, size_t bytes, int peer) override;
+  void sendrecv(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                size_t recv_bytes, int from) override;
+  void sendrecv_reduce(const void* send_data, size_t send_bytes, int to, void* inout,
+                       int64_t count, DType dtype, ReduceOp op, int from) override;
+  void sendrecv_streaming(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                          size_t recv_bytes, int from) override;
+
+ private:
+  // How received pieces land: copied, copied with non-temporal stores, or reduced in.
+  struct Landing {
+    bool streaming = false;
+    bool reduce = false;
+    DType dtype = DType::f32;  // reduce only
+    ReduceOp op = ReduceOp::sum;
+  };
+  ShmTransport(int rank, int size, size_t slot_bytes, int slots,
+               std::vector<unsigned char*> segments, size_t segment_bytes);
+  // Moves one message each way (to < 0: none sent; from < 0: none received), interleaving
+  // the pieces of both so that neither end waits for the other's whole message.
+  void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
+                size_t recv_bytes, int from, Landing landing, const char* call);
+  unsigned char* channel(int writer, int reader) const;
+
+  int rank_ = 0, size_ = 1;
+  size_t slot_bytes_ = 0;
+  int slots_ = 0;
+  size_t channel_bytes_ = 0;
+  std::vector<unsigned char*> segments_;  // every rank's segment, mapped here
+  size_t segment_bytes_ = 0;
+  Deadline deadline_ = Deadline::max();
+  std::string broken_;  // why the transport is unusable; empty while usable
+};
+
+}  // namespace ringflow::comm
