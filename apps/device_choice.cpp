@@ -1,10 +1,10 @@
-#include "apps/device_choice.h"
+#include "ringflow/apps/device_choice.h"
 
 #include <stdexcept>
 
 #include <fmt/core.h>
 
-#include "kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 namespace ringflow::apps {
 

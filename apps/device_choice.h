@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/device.h"
+#include "ringflow/kernels/device.h"
 
 namespace ringflow::apps {
 

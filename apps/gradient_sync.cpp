@@ -1,11 +1,11 @@
-#include "apps/gradient_sync.h"
+#include "ringflow/apps/gradient_sync.h"
 
 #include <chrono>
 #include <optional>
 #include <stdexcept>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::apps {
 namespace {

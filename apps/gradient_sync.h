@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp/ddp.h"
-#include "framework/nn/module.h"
-#include "framework/optim/optimizer.h"
+#include "ringflow/comm/ddp/ddp.h"
+#include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow::apps {
 

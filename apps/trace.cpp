@@ -1,4 +1,4 @@
-#include "apps/trace.h"
+#include "ringflow/apps/trace.h"
 
 #include <algorithm>
 #include <cmath>

@@ -26,13 +26,13 @@
 #include <tuple>
 #include <vector>
 
-#include "apps/device_choice.h"
-#include "apps/gradient_sync.h"
-#include "apps/trace.h"
-#include "comm/group/mpi_process_group.h"
-#include "comm/group/nccl_process_group.h"
-#include "framework/ringflow.h"
-#include "models/registry.h"
+#include "ringflow/apps/device_choice.h"
+#include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/trace.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/group/nccl_process_group.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/models/registry.h"
 
 using namespace ringflow;
 using Clock = std::chrono::steady_clock;

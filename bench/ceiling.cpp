@@ -1,4 +1,4 @@
-#include "bench/ceiling.h"
+#include "ringflow/bench/ceiling.h"
 
 #include <algorithm>
 #include <chrono>

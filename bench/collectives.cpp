@@ -37,13 +37,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "comm/algorithms/allreduce.h"
-#include "comm/group/mpi_process_group.h"
-#include "comm/transport/mpi_transport.h"
-#include "comm/group/nccl_process_group.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
-#include "framework/ops.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/transport/mpi_transport.h"
+#include "ringflow/comm/group/nccl_process_group.h"
+#include "ringflow/comm/transport/shm_transport.h"
+#include "ringflow/comm/transport/tcp_transport.h"
+#include "ringflow/framework/ops.h"
 
 namespace {
 

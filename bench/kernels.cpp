@@ -39,9 +39,9 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "bench/ceiling.h"
-#include "bench/kernels_cuda.h"
-#include "framework/ringflow.h"
+#include "ringflow/bench/ceiling.h"
+#include "ringflow/bench/kernels_cuda.h"
+#include "ringflow/framework/ringflow.h"
 
 namespace {
 

@@ -22,8 +22,8 @@
 
 #include <fmt/core.h>
 
-#include "bench/kernels_cuda.h"
-#include "framework/ringflow.h"
+#include "ringflow/bench/kernels_cuda.h"
+#include "ringflow/framework/ringflow.h"
 
 namespace ringflow::bench {
 namespace {

@@ -1,7 +1,7 @@
 // bench/kernels --device cuda in a build without CUDA.
 #include <stdexcept>
 
-#include "bench/kernels_cuda.h"
+#include "ringflow/bench/kernels_cuda.h"
 
 namespace ringflow::bench {
 

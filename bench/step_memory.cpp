@@ -33,8 +33,8 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "framework/ringflow.h"
-#include "kernels/cpu/allocator.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cpu/allocator.h"
 
 using namespace ringflow;
 

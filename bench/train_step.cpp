@@ -34,10 +34,10 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/ceiling.h"
-#include "framework/ringflow.h"
-#include "models/registry.h"
-#include "models/vgg.h"
+#include "ringflow/bench/ceiling.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/models/registry.h"
+#include "ringflow/models/vgg.h"
 
 using namespace ringflow;
 using Clock = std::chrono::steady_clock;

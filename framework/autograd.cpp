@@ -1,11 +1,11 @@
-#include "framework/autograd.h"
+#include "ringflow/framework/autograd.h"
 
 #include <atomic>
 #include <limits>
 #include <queue>
 #include <unordered_map>
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

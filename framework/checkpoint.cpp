@@ -1,9 +1,9 @@
-#include "framework/checkpoint.h"
+#include "ringflow/framework/checkpoint.h"
 
 #include <stdexcept>
 
-#include "framework/random.h"
-#include "framework/serialize.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/serialize.h"
 
 namespace ringflow {
 namespace {

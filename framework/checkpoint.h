@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "framework/nn/module.h"
-#include "framework/optim/optimizer.h"
+#include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow {
 

@@ -1,4 +1,4 @@
-#include "framework/dispatch.h"
+#include "ringflow/framework/dispatch.h"
 
 namespace ringflow {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <utility>
 
-#include "framework/error.h"
-#include "kernels/backend.h"
-#include "kernels/cuda_devices.h"
-#include "kernels/device.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/device.h"
 
 namespace ringflow {
 

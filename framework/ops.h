@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
-#include "framework/random.h"
-#include "framework/tensor.h"
-#include "kernels/backend.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/tensor.h"
+#include "ringflow/kernels/backend.h"
 
 namespace ringflow {
 

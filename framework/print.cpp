@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <ostream>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

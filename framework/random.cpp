@@ -1,4 +1,4 @@
-#include "framework/random.h"
+#include "ringflow/framework/random.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,16 +1,16 @@
 // The umbrella header for code that embeds ringflow: tensors, autograd and the functional ops.
 #pragma once
 
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
-#include "framework/random.h"
-#include "framework/tensor.h"
-#include "kernels/backend.h"
-#include "kernels/cuda_devices.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/tensor.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda_devices.h"
 
-#include "framework/serialize.h"
-#include "framework/data/data.h"
-#include "framework/nn/nn.h"
-#include "framework/optim/optim.h"
-#include "framework/checkpoint.h"
+#include "ringflow/framework/serialize.h"
+#include "ringflow/framework/data/data.h"
+#include "ringflow/framework/nn/nn.h"
+#include "ringflow/framework/optim/optim.h"
+#include "ringflow/framework/checkpoint.h"

@@ -1,4 +1,4 @@
-#include "framework/serialize.h"
+#include "ringflow/framework/serialize.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

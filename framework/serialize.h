@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow {
 

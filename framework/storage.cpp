@@ -1,7 +1,7 @@
-#include "framework/storage.h"
+#include "ringflow/framework/storage.h"
 
-#include "framework/dispatch.h"
-#include "kernels/cuda_devices.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 namespace ringflow {
 

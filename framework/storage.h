@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/device.h"
+#include "ringflow/kernels/device.h"
 
 namespace ringflow {
 

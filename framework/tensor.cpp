@@ -1,12 +1,12 @@
-#include "framework/tensor.h"
+#include "ringflow/framework/tensor.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
-#include "kernels/cuda_copy.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
+#include "ringflow/kernels/cuda_copy.h"
 
 namespace ringflow {
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "framework/error.h"
-#include "framework/storage.h"
-#include "kernels/device.h"
-#include "kernels/dtype.h"
-#include "kernels/view.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/framework/storage.h"
+#include "ringflow/kernels/device.h"
+#include "ringflow/kernels/dtype.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow {
 

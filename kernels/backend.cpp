@@ -1,4 +1,4 @@
-#include "kernels/backend.h"
+#include "ringflow/kernels/backend.h"
 
 #include <atomic>
 

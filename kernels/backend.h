@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow {
 

@@ -1,5 +1,5 @@
 // CachingAllocator: Note [Caching allocator policy] in caching_allocator.h.
-#include "kernels/caching_allocator.h"
+#include "ringflow/kernels/caching_allocator.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -4,8 +4,8 @@
 
 #include <cstddef>
 
-#include "kernels/device.h"
-#include "kernels/view.h"
+#include "ringflow/kernels/device.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "kernels/device.h"
+#include "ringflow/kernels/device.h"
 
 namespace ringflow {
 

@@ -4,7 +4,7 @@
 // (statistics are zero, empty_cache does nothing).
 #pragma once
 
-#include "kernels/caching_allocator.h"
+#include "ringflow/kernels/caching_allocator.h"
 
 struct CUstream_st;
 

@@ -1,4 +1,4 @@
-#include "kernels/device.h"
+#include "ringflow/kernels/device.h"
 
 #include <stdexcept>
 

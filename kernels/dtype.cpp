@@ -1,4 +1,4 @@
-#include "kernels/dtype.h"
+#include "ringflow/kernels/dtype.h"
 
 #include <bit>
 #include <stdexcept>

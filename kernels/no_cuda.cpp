@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/backend.h"
-#include "kernels/cuda_copy.h"
-#include "kernels/cuda_devices.h"
-#include "kernels/cuda_memory.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda_copy.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_memory.h"
 
 namespace ringflow {
 namespace {

@@ -1,4 +1,4 @@
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 #include <algorithm>
 #include <utility>

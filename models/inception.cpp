@@ -1,4 +1,4 @@
-#include "models/inception.h"
+#include "ringflow/models/inception.h"
 
 #include <string>
 

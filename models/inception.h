@@ -9,7 +9,7 @@
 #include <memory>
 #include <utility>
 
-#include "framework/nn/nn.h"
+#include "ringflow/framework/nn/nn.h"
 
 namespace ringflow::models {
 

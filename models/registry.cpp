@@ -1,12 +1,12 @@
-#include "models/registry.h"
+#include "ringflow/models/registry.h"
 
 #include <functional>
 #include <map>
 
-#include "models/inception.h"
-#include "models/resnet.h"
-#include "models/small_cnn.h"
-#include "models/vgg.h"
+#include "ringflow/models/inception.h"
+#include "ringflow/models/resnet.h"
+#include "ringflow/models/small_cnn.h"
+#include "ringflow/models/vgg.h"
 
 namespace ringflow::models {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::models {
 

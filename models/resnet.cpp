@@ -1,4 +1,4 @@
-#include "models/resnet.h"
+#include "ringflow/models/resnet.h"
 
 namespace ringflow::models {
 

@@ -9,8 +9,8 @@
 
 #include <memory>
 
-#include "framework/nn/nn.h"
-#include "models/vgg.h"  // Variant
+#include "ringflow/framework/nn/nn.h"
+#include "ringflow/models/vgg.h"  // Variant
 
 namespace ringflow::models {
 

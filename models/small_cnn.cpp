@@ -1,4 +1,4 @@
-#include "models/small_cnn.h"
+#include "ringflow/models/small_cnn.h"
 
 namespace ringflow::models {
 

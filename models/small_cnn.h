@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "framework/nn/nn.h"
+#include "ringflow/framework/nn/nn.h"
 
 namespace ringflow::models {
 

@@ -1,4 +1,4 @@
-#include "models/vgg.h"
+#include "ringflow/models/vgg.h"
 
 namespace ringflow::models {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/nn/nn.h"
+#include "ringflow/framework/nn/nn.h"
 
 namespace ringflow::models {
 

@@ -18,11 +18,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/scratch.h"
-#include "comm/transport/mpi_transport.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/transport/mpi_transport.h"
+#include "ringflow/comm/transport/shm_transport.h"
+#include "ringflow/comm/transport/tcp_transport.h"
 
 using namespace ringflow;
 using namespace ringflow::comm;

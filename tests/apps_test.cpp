@@ -17,8 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "framework/serialize.h"
-#include "kernels/cuda_devices.h"
+#include "ringflow/framework/serialize.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 namespace {
 

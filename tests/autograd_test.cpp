@@ -1,7 +1,7 @@
 // Autograd semantics: diamonds, reuse, accumulation across backward calls, hooks and the
 // end-of-backward callback, freed graphs, no_grad and detach. Expected gradients are the
 // closed forms of the expressions (d/dx of x*x is 2x, ...), evaluated by the test.
-#include "tests/testing.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using ringflow::testing::all_close;

@@ -1,5 +1,5 @@
 // Bad input gives exceptions whose messages name what is wrong (shapes, dtypes, dims).
-#include "tests/testing.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using doctest::Contains;

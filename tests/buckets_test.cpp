@@ -6,9 +6,9 @@
 
 #include <numeric>
 
-#include "comm/algorithms/allreduce.h"
-#include "comm/ddp/buckets.h"
-#include "comm/base/traffic.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/ddp/buckets.h"
+#include "ringflow/comm/base/traffic.h"
 
 namespace ringflow::comm {
 namespace {

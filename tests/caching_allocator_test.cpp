@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/caching_allocator.h"
+#include "ringflow/kernels/caching_allocator.h"
 
 using namespace ringflow;
 

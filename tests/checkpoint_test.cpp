@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "models/registry.h"
-#include "tests/testing.h"
+#include "ringflow/models/registry.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 namespace fs = std::filesystem;

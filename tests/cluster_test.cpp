@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/group/mpi_process_group.h"
-#include "framework/ringflow.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/framework/ringflow.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
 namespace ringflow::comm {

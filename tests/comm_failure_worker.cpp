@@ -19,8 +19,8 @@
 #include <string>
 #include <thread>
 
-#include "comm/group/mpi_process_group.h"
-#include "framework/ringflow.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/framework/ringflow.h"
 
 namespace ringflow::comm {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cpu/dnnl_context.h"
-#include "tests/kernel_sweep.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cpu/dnnl_context.h"
+#include "ringflow/tests/kernel_sweep.h"
 
 namespace ringflow {
 namespace {

@@ -9,10 +9,10 @@
 
 #include <atomic>
 
-#include "kernels/backend.h"
-#include "kernels/cuda_devices.h"
-#include "kernels/cuda_memory.h"
-#include "tests/cuda_skip.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_memory.h"
+#include "ringflow/tests/cuda_skip.h"
 
 namespace ringflow {
 namespace {

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/reference/strided.h"
-#include "kernels/cuda_copy.h"
-#include "tests/cuda_skip.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/reference/strided.h"
+#include "ringflow/kernels/cuda_copy.h"
+#include "ringflow/tests/cuda_skip.h"
 
 namespace ringflow {
 namespace {

@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "kernels/cuda_devices.h"
-#include "tests/skip_listener.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/tests/skip_listener.h"
 
 namespace ringflow {
 

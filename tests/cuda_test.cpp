@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cuda_copy.h"
-#include "kernels/cuda_devices.h"
-#include "kernels/cuda_memory.h"
-#include "tests/cuda_skip.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda_copy.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_memory.h"
+#include "ringflow/tests/cuda_skip.h"
 
 namespace ringflow {
 namespace {

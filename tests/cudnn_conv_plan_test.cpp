@@ -6,8 +6,8 @@
 
 #include <random>
 
-#include "kernels/cuda/cudnn_conv_plan.h"
-#include "tests/kernel_sweep.h"
+#include "ringflow/kernels/cuda/cudnn_conv_plan.h"
+#include "ringflow/tests/kernel_sweep.h"
 
 namespace ringflow {
 namespace {

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "framework/data/data.h"
-#include "tests/torch_compare.h"
+#include "ringflow/framework/data/data.h"
+#include "ringflow/tests/torch_compare.h"
 
 namespace fs = std::filesystem;
 using namespace ringflow;

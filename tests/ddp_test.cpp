@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp/ddp.h"
-#include "comm/group/mpi_process_group.h"
-#include "framework/ringflow.h"
-#include "tests/testing.h"
-#include "models/registry.h"
+#include "ringflow/comm/ddp/ddp.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/tests/testing.h"
+#include "ringflow/models/registry.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
 namespace ringflow::comm {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "kernels/dtype.h"
+#include "ringflow/kernels/dtype.h"
 
 using namespace ringflow;
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cuda/gemm_plan.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/gemm_plan.h"
 
 using namespace ringflow;
 using ringflow::cuda::GemmOperand;

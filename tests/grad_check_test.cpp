@@ -1,6 +1,6 @@
 // Every differentiable op: analytic gradient against central finite differences in f64,
 // on the reference kernels. Inputs are kept away from kinks (relu at 0, max ties, log at 0).
-#include "tests/testing.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using ringflow::testing::check_grad;

@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
-#include "apps/device_choice.h"
-#include "apps/gradient_sync.h"
-#include "comm/group/mpi_process_group.h"
-#include "framework/ringflow.h"
-#include "tests/testing.h"
+#include "ringflow/apps/device_choice.h"
+#include "ringflow/apps/gradient_sync.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/tests/testing.h"
 
 namespace ringflow::apps {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/idx.h"
+#include "ringflow/framework/data/idx.h"
 
 namespace fs = std::filesystem;
 using ringflow::data::IdxArray;

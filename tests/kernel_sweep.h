@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::sweep {
 

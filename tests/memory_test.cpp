@@ -1,8 +1,8 @@
 // The host caching allocator: after the first training steps, further steps of the same
 // shapes are served from the cache and never go back to the system for large blocks (which
 // glibc would unmap on free and the kernel would fault in again every step).
-#include "kernels/cpu/allocator.h"
-#include "tests/testing.h"
+#include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 

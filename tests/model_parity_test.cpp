@@ -21,10 +21,10 @@
 #include <chrono>
 #include <optional>
 
-#include "kernels/simt/host_backend.h"
-#include "models/registry.h"
-#include "tests/cuda_skip.h"
-#include "tests/torch_compare.h"
+#include "ringflow/kernels/simt/host_backend.h"
+#include "ringflow/models/registry.h"
+#include "ringflow/tests/cuda_skip.h"
+#include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
 using ringflow::testing::check_close;

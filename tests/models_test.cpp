@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "framework/ringflow.h"
-#include "models/inception.h"
-#include "models/registry.h"
-#include "tests/testing.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/models/inception.h"
+#include "ringflow/models/registry.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using json = nlohmann::json;

@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/group/device_choice.h"
-#include "comm/group/mpi_process_group.h"
-#include "comm/group/nccl_detail.h"
-#include "comm/group/nccl_process_group.h"
-#include "framework/ringflow.h"
-#include "kernels/cuda_devices.h"
-#include "tests/skip_listener.h"
+#include "ringflow/comm/group/device_choice.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/group/nccl_detail.h"
+#include "ringflow/comm/group/nccl_process_group.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/tests/skip_listener.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
 namespace ringflow::comm {

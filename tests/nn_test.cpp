@@ -6,8 +6,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "framework/ringflow.h"
-#include "tests/testing.h"
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using namespace ringflow::nn;

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "framework/optim/optim.h"
-#include "tests/torch_compare.h"
+#include "ringflow/framework/optim/optim.h"
+#include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
 using json = nlohmann::json;

@@ -6,7 +6,7 @@
 // within 1e-10 on the reference kernels in f64.
 #include <nlohmann/json.hpp>
 
-#include "tests/torch_compare.h"
+#include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
 using ringflow::testing::check_close;

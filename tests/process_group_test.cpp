@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/group/mpi_process_group.h"
-#include "framework/ringflow.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/framework/ringflow.h"
 
 // Inside the namespace: comm::ReduceOp hides the kernels' ringflow::ReduceOp.
 namespace ringflow::comm {

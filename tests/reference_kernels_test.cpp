@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "tests/safetensors_reader.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/tests/safetensors_reader.h"
 
 namespace {
 

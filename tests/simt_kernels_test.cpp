@@ -9,12 +9,12 @@
 
 #include <limits>
 
-#include "kernels/cuda_devices.h"
-#include "kernels/simt/conv.h"
-#include "kernels/simt/host_backend.h"
-#include "kernels/simt/host_exec.h"
-#include "kernels/simt/simt.h"
-#include "tests/kernel_sweep.h"
+#include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/simt/conv.h"
+#include "ringflow/kernels/simt/host_backend.h"
+#include "ringflow/kernels/simt/host_exec.h"
+#include "ringflow/kernels/simt/simt.h"
+#include "ringflow/tests/kernel_sweep.h"
 
 namespace ringflow {
 namespace {

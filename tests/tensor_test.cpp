@@ -3,7 +3,7 @@
 // over the input values, independently of the kernels.
 #include <sstream>
 
-#include "tests/testing.h"
+#include "ringflow/tests/testing.h"
 
 using namespace ringflow;
 using ringflow::testing::all_close;

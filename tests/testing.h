@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/ringflow.h"
+#include "ringflow/framework/ringflow.h"
 
 namespace ringflow::testing {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/serialize.h"
-#include "tests/testing.h"
+#include "ringflow/framework/serialize.h"
+#include "ringflow/tests/testing.h"
 
 namespace ringflow::testing {
 

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "tests/torch_compare.h"
+#include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
 using json = nlohmann::json;

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "comm/base/reduce.h"
-#include "comm/base/types.h"
-#include "comm/transport/transport.h"
+#include "ringflow/comm/base/reduce.h"
+#include "ringflow/comm/base/types.h"
+#include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
 

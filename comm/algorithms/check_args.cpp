@@ -1,6 +1,6 @@
-#include "comm/algorithms/check_args.h"
+#include "ringflow/comm/algorithms/check_args.h"
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm::detail {
 

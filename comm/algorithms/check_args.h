@@ -1,8 +1,8 @@
 // Internal to comm/ (not installed): the argument checks every allreduce algorithm makes.
 #pragma once
 
-#include "comm/base/reduce.h"
-#include "comm/transport/transport.h"
+#include "ringflow/comm/base/reduce.h"
+#include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm::detail {
 

@@ -7,7 +7,7 @@
 // at 1-4 KB (0.5-0.8 against 0.3-0.7 us), 0.8-1.4x at 8 KB, 0.8-0.9x at 16-32 KB, 0.9-1.1x
 // at 64 KB and 0.65-0.75x from 128 KB. Revisit with bench/collectives where more cores are
 // at hand.
-#include "comm/algorithms/allreduce.h"
+#include "ringflow/comm/algorithms/allreduce.h"
 
 namespace ringflow::comm {
 

@@ -3,9 +3,9 @@
 // result back to each rank in turn. The root moves 2(n-1) full buffers, so time grows
 // linearly with the world size: kept as the baseline the other algorithms are measured
 // against, not for use.
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/scratch.h"
-#include "comm/algorithms/check_args.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/algorithms/check_args.h"
 
 namespace ringflow::comm {
 

@@ -6,9 +6,9 @@
 // folded-in ranks get the result back at the end (two extra steps).
 // Both partners of an exchange add the same two operands (a + b and b + a are the same
 // IEEE result), so every rank ends with the same bits.
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/scratch.h"
-#include "comm/algorithms/check_args.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/algorithms/check_args.h"
 
 namespace ringflow::comm {
 

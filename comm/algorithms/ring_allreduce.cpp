@@ -25,10 +25,10 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/scratch.h"
-#include "comm/algorithms/check_args.h"
-#include "framework/error.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/algorithms/check_args.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 

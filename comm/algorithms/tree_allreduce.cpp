@@ -3,9 +3,9 @@
 // tree. 2 ceil(log2 n) steps of the full buffer: fewer messages than naive, but each
 // link carries the whole buffer, so for large messages the ring wins.
 // The result is computed once, at rank 0, so every rank ends with the same bits.
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/scratch.h"
-#include "comm/algorithms/check_args.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/algorithms/check_args.h"
 
 namespace ringflow::comm {
 

@@ -1,10 +1,10 @@
-#include "comm/base/mpi_error.h"
+#include "ringflow/comm/base/mpi_error.h"
 
 #include <mpi.h>
 
 #include <stdexcept>
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm::detail {
 

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "comm/base/reduce.h"
-#include "framework/error.h"
+#include "ringflow/comm/base/reduce.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

@@ -1,4 +1,4 @@
-#include "comm/base/scratch.h"
+#include "ringflow/comm/base/scratch.h"
 
 #include <exception>
 #include <fstream>

@@ -1,8 +1,8 @@
 // The closed forms of comm/base/traffic.h, written from each algorithm's schedule (the files
 // named below), not from the counts: the tests compare the two.
-#include "comm/base/traffic.h"
+#include "ringflow/comm/base/traffic.h"
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/base/types.h"
+#include "ringflow/comm/base/types.h"
 
 namespace ringflow::comm {
 

@@ -1,5 +1,5 @@
 // Names of reduce ops and algorithms, for flags, logs and error messages.
-#include "comm/base/types.h"
+#include "ringflow/comm/base/types.h"
 
 #include <stdexcept>
 

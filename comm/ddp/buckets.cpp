@@ -1,10 +1,10 @@
-#include "comm/ddp/buckets.h"
+#include "ringflow/comm/ddp/buckets.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/dtype.h"
+#include "ringflow/kernels/dtype.h"
 
 namespace ringflow::comm {
 

@@ -1,7 +1,7 @@
-#include "comm/ddp/comm_hooks.h"
+#include "ringflow/comm/ddp/comm_hooks.h"
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::comm {
 

@@ -18,7 +18,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/group/process_group.h"
+#include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
 

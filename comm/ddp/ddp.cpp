@@ -1,4 +1,4 @@
-#include "comm/ddp/ddp.h"
+#include "ringflow/comm/ddp/ddp.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,8 +7,8 @@
 #include <map>
 #include <unordered_set>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::comm {
 namespace {

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp/reducer.h"
-#include "framework/nn/module.h"
+#include "ringflow/comm/ddp/reducer.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::comm {
 

@@ -35,13 +35,13 @@
 // the end of the first synchronised backward rank 0's order is broadcast (ranks may differ
 // with data-dependent control flow, and they must agree on the buckets) and the buckets are
 // re-assigned from it, once.
-#include "comm/ddp/reducer.h"
+#include "ringflow/comm/ddp/reducer.h"
 
 #include <stdexcept>
 #include <unordered_set>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::comm {
 namespace {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/ddp/buckets.h"
-#include "comm/ddp/comm_hooks.h"
-#include "comm/group/process_group.h"
-#include "framework/tensor.h"
+#include "ringflow/comm/ddp/buckets.h"
+#include "ringflow/comm/ddp/comm_hooks.h"
+#include "ringflow/comm/group/process_group.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::comm {
 

@@ -1,6 +1,6 @@
-#include "comm/group/collective_kind.h"
+#include "ringflow/comm/group/collective_kind.h"
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 

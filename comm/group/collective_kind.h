@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/base/types.h"
-#include "kernels/dtype.h"
+#include "ringflow/comm/base/types.h"
+#include "ringflow/kernels/dtype.h"
 
 namespace ringflow::comm {
 

@@ -1,5 +1,5 @@
 // Local rank, device choice and the checks around them (comm/group/device_choice.h).
-#include "comm/group/device_choice.h"
+#include "ringflow/comm/group/device_choice.h"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "framework/error.h"
-#include "framework/ops.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::comm {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/group/process_group.h"
+#include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
 

@@ -52,7 +52,7 @@
 // (by half again, in MiB) for the life of the group: cudaHostAlloc and cudaFreeHost are
 // slow, and cudaFreeHost waits for the whole device. A broken group never frees it (see
 // Note [timeouts]: MPI may still write into it). Only the comm thread touches it.
-#include "comm/group/mpi_process_group.h"
+#include "ringflow/comm/group/mpi_process_group.h"
 
 #include <algorithm>
 #include <chrono>
@@ -61,17 +61,17 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/algorithms/allreduce.h"
-#include "comm/base/backoff.h"
-#include "comm/group/collective_kind.h"
-#include "comm/transport/counting_transport.h"
-#include "comm/base/mpi_error.h"
-#include "comm/transport/mpi_transport.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
-#include "framework/error.h"
-#include "kernels/cuda_copy.h"
-#include "kernels/cuda_devices.h"
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/group/collective_kind.h"
+#include "ringflow/comm/transport/counting_transport.h"
+#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/comm/transport/mpi_transport.h"
+#include "ringflow/comm/transport/shm_transport.h"
+#include "ringflow/comm/transport/tcp_transport.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/kernels/cuda_copy.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 namespace ringflow::comm {
 namespace {

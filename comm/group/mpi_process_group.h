@@ -46,7 +46,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/group/process_group.h"
+#include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
 

@@ -28,7 +28,7 @@
 // an abort every Work not already seen complete fails: its kernel may have quit part-way.
 // No thread watches the group: a collective whose Work nobody polls is caught when a later
 // Work of the group is polled past its own deadline, or when the group is destroyed.
-#include "comm/group/nccl_process_group.h"
+#include "ringflow/comm/group/nccl_process_group.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -44,13 +44,13 @@
 #include <utility>
 #include <vector>
 
-#include "comm/base/backoff.h"
-#include "comm/group/collective_kind.h"
-#include "comm/group/device_choice.h"
-#include "comm/group/nccl_detail.h"
-#include "framework/error.h"
-#include "framework/ops.h"
-#include "kernels/cuda_devices.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/group/collective_kind.h"
+#include "ringflow/comm/group/device_choice.h"
+#include "ringflow/comm/group/nccl_detail.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/framework/ops.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 namespace ringflow::comm {
 

@@ -54,8 +54,8 @@
 #include <memory>
 #include <string>
 
-#include "comm/group/mpi_process_group.h"
-#include "comm/group/process_group.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
 

@@ -2,7 +2,7 @@
 // one throws CommError saying why; there is nothing else to reach.
 #include <stdexcept>
 
-#include "comm/group/nccl_process_group.h"
+#include "ringflow/comm/group/nccl_process_group.h"
 
 namespace ringflow::comm {
 namespace {

@@ -1,8 +1,8 @@
 // The argument checks every backend shares: one place, run on the caller's thread before
 // a collective is queued, so that a bad call throws where it was made.
-#include "comm/group/process_group.h"
+#include "ringflow/comm/group/process_group.h"
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

@@ -31,9 +31,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/base/types.h"
-#include "comm/group/work.h"
-#include "framework/tensor.h"
+#include "ringflow/comm/base/types.h"
+#include "ringflow/comm/group/work.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::comm {
 

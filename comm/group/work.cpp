@@ -1,11 +1,11 @@
-#include "comm/group/work.h"
+#include "ringflow/comm/group/work.h"
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <utility>
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 

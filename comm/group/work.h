@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "comm/base/backoff.h"
-#include "comm/base/traffic.h"
-#include "comm/base/types.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/traffic.h"
+#include "ringflow/comm/base/types.h"
 
 namespace ringflow::comm {
 

@@ -3,8 +3,8 @@
 // moved (comm/base/traffic.h) whichever transport carried it (MPI or shared memory).
 #pragma once
 
-#include "comm/base/traffic.h"
-#include "comm/transport/transport.h"
+#include "ringflow/comm/base/traffic.h"
+#include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
 

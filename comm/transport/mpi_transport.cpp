@@ -3,7 +3,7 @@
 // keeps them in order. A sendrecv whose two sides need different numbers of pieces posts
 // all of them non-blocking, so neither end waits for the other's piece count.
 // Without a deadline, single-piece calls go straight to MPI_Send / MPI_Recv / MPI_Sendrecv.
-#include "comm/transport/mpi_transport.h"
+#include "ringflow/comm/transport/mpi_transport.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/base/backoff.h"
-#include "comm/base/mpi_error.h"
-#include "framework/error.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

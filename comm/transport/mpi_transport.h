@@ -15,7 +15,7 @@
 
 #include <chrono>
 
-#include "comm/transport/transport.h"
+#include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
 

@@ -35,7 +35,7 @@
 // not, other jobs on the 2 cores, 5 runs each) neither policy came out ahead: both had
 // runs at 9-15 GB/s at 1 MB and runs at about 3 GB/s at every size, the latter from the
 // other jobs (MPI_Allreduce halved in the same runs). The simpler one stays.
-#include "comm/transport/shm_transport.h"
+#include "ringflow/comm/transport/shm_transport.h"
 
 #include <fcntl.h>
 #if defined(__SSE2__)
@@ -54,10 +54,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include "comm/base/reduce.h"
-#include "comm/base/backoff.h"
-#include "comm/base/mpi_error.h"
-#include "framework/error.h"
+#include "ringflow/comm/base/reduce.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

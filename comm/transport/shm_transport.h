@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport/transport.h"
+#include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
 

@@ -17,7 +17,7 @@
 // Wire format: each message is an 8-byte length (host order: both ends are the same
 // build) followed by its bytes; the connection between ranks a < b is made by b, which
 // greets a with a magic number and its rank.
-#include "comm/transport/tcp_transport.h"
+#include "ringflow/comm/transport/tcp_transport.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -36,8 +36,8 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "comm/base/mpi_error.h"
-#include "framework/error.h"
+#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {

@@ -1,7 +1,7 @@
-#include "comm/transport/transport.h"
+#include "ringflow/comm/transport/transport.h"
 
-#include "comm/base/reduce.h"
-#include "comm/base/scratch.h"
+#include "ringflow/comm/base/reduce.h"
+#include "ringflow/comm/base/scratch.h"
 
 namespace ringflow::comm {
 

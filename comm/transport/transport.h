@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/base/backoff.h"
-#include "comm/base/types.h"
-#include "kernels/dtype.h"
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/types.h"
+#include "ringflow/kernels/dtype.h"
 
 namespace ringflow::comm {
 

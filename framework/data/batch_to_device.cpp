@@ -1,9 +1,9 @@
-#include "framework/data/batch_to_device.h"
+#include "ringflow/framework/data/batch_to_device.h"
 
 #include <cstring>
 
-#include "framework/error.h"
-#include "framework/ops.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::data {
 

@@ -8,8 +8,8 @@
 
 #include <array>
 
-#include "framework/data/data_loader.h"
-#include "kernels/cuda_copy.h"
+#include "ringflow/framework/data/data_loader.h"
+#include "ringflow/kernels/cuda_copy.h"
 
 namespace ringflow::data {
 

@@ -1,4 +1,4 @@
-#include "framework/data/cifar10.h"
+#include "ringflow/framework/data/cifar10.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/data/dataset.h"
+#include "ringflow/framework/data/dataset.h"
 
 namespace ringflow::data {
 

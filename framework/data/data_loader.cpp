@@ -1,4 +1,4 @@
-#include "framework/data/data_loader.h"
+#include "ringflow/framework/data/data_loader.h"
 
 #include <condition_variable>
 #include <exception>
@@ -6,8 +6,8 @@
 #include <mutex>
 #include <thread>
 
-#include "framework/ops.h"
-#include "framework/random.h"
+#include "ringflow/framework/ops.h"
+#include "ringflow/framework/random.h"
 
 namespace ringflow::data {
 namespace {

@@ -17,9 +17,9 @@
 #include <memory>
 #include <vector>
 
-#include "framework/data/dataset.h"
-#include "framework/data/sampler.h"
-#include "framework/data/transforms.h"
+#include "ringflow/framework/data/dataset.h"
+#include "ringflow/framework/data/sampler.h"
+#include "ringflow/framework/data/transforms.h"
 
 namespace ringflow::data {
 

@@ -1,8 +1,8 @@
-#include "framework/data/dataset.h"
+#include "ringflow/framework/data/dataset.h"
 
 #include <algorithm>
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::data {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "framework/tensor.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::data {
 

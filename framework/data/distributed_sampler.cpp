@@ -1,8 +1,8 @@
-#include "framework/data/distributed_sampler.h"
+#include "ringflow/framework/data/distributed_sampler.h"
 
 #include <numeric>
 
-#include "framework/error.h"
+#include "ringflow/framework/error.h"
 
 namespace ringflow::data {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/data/sampler.h"
+#include "ringflow/framework/data/sampler.h"
 
 namespace ringflow::data {
 

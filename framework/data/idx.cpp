@@ -1,6 +1,6 @@
 // IDX reader: header (magic 00 00 <type> <ndims>, then ndims big-endian u32 sizes), then the
 // data bytes, read through zlib's gz* API, which reads gzip and plain files alike.
-#include "framework/data/idx.h"
+#include "ringflow/framework/data/idx.h"
 
 #include <zlib.h>
 

@@ -1,9 +1,9 @@
-#include "framework/data/mnist.h"
+#include "ringflow/framework/data/mnist.h"
 
 #include <filesystem>
 #include <stdexcept>
 
-#include "framework/data/idx.h"
+#include "ringflow/framework/data/idx.h"
 
 namespace ringflow::data {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "framework/data/dataset.h"
+#include "ringflow/framework/data/dataset.h"
 
 namespace ringflow::data {
 

@@ -1,11 +1,11 @@
-#include "framework/data/sampler.h"
+#include "ringflow/framework/data/sampler.h"
 
 #include <numeric>
 #include <utility>
 
-#include "framework/data/transforms.h"
-#include "framework/error.h"
-#include "framework/random.h"
+#include "ringflow/framework/data/transforms.h"
+#include "ringflow/framework/error.h"
+#include "ringflow/framework/random.h"
 
 namespace ringflow::data {
 

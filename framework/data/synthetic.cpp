@@ -1,9 +1,9 @@
-#include "framework/data/synthetic.h"
+#include "ringflow/framework/data/synthetic.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "framework/random.h"
+#include "ringflow/framework/random.h"
 
 namespace ringflow::data {
 

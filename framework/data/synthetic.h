@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "framework/data/dataset.h"
+#include "ringflow/framework/data/dataset.h"
 
 namespace ringflow::data {
 

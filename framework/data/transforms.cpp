@@ -1,4 +1,4 @@
-#include "framework/data/transforms.h"
+#include "ringflow/framework/data/transforms.h"
 
 #include <algorithm>
 #include <cstring>

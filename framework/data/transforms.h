@@ -7,8 +7,8 @@
 
 #include <vector>
 
-#include "framework/random.h"
-#include "framework/tensor.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::data {
 

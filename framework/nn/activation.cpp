@@ -1,6 +1,6 @@
-#include "framework/nn/activation.h"
+#include "ringflow/framework/nn/activation.h"
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

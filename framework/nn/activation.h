@@ -1,7 +1,7 @@
 // Activation layers (no parameters).
 #pragma once
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::nn {
 

@@ -1,8 +1,8 @@
-#include "framework/nn/batch_norm.h"
+#include "ringflow/framework/nn/batch_norm.h"
 
-#include "framework/autograd.h"
-#include "framework/nn/init.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/nn/init.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

@@ -7,7 +7,7 @@
 
 #include <optional>
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::nn {
 

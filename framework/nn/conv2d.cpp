@@ -1,6 +1,6 @@
-#include "framework/nn/conv2d.h"
+#include "ringflow/framework/nn/conv2d.h"
 
-#include "framework/nn/init.h"
+#include "ringflow/framework/nn/init.h"
 
 namespace ringflow::nn {
 

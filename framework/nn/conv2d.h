@@ -4,8 +4,8 @@
 
 #include <array>
 
-#include "framework/nn/module.h"
-#include "framework/ops.h"
+#include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

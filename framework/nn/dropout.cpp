@@ -1,6 +1,6 @@
-#include "framework/nn/dropout.h"
+#include "ringflow/framework/nn/dropout.h"
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

@@ -3,8 +3,8 @@
 // which must outlive the module.
 #pragma once
 
-#include "framework/nn/module.h"
-#include "framework/random.h"
+#include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/random.h"
 
 namespace ringflow::nn {
 

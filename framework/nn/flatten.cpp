@@ -1,6 +1,6 @@
-#include "framework/nn/flatten.h"
+#include "ringflow/framework/nn/flatten.h"
 
-#include "framework/ops.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

@@ -1,7 +1,7 @@
 // nn::Flatten: merges dims start_dim..end_dim (PyTorch's defaults 1 and -1: (N, ...) -> (N, -1)).
 #pragma once
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::nn {
 

@@ -1,13 +1,13 @@
-#include "framework/nn/init.h"
+#include "ringflow/framework/nn/init.h"
 
 #include <algorithm>
 #include <cmath>
 #include <thread>
 #include <vector>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
-#include "kernels/backend.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
+#include "ringflow/kernels/backend.h"
 
 namespace ringflow::nn::init {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "framework/random.h"
-#include "framework/tensor.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::nn::init {
 

@@ -1,7 +1,7 @@
-#include "framework/nn/linear.h"
+#include "ringflow/framework/nn/linear.h"
 
-#include "framework/nn/init.h"
-#include "framework/ops.h"
+#include "ringflow/framework/nn/init.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

@@ -2,7 +2,7 @@
 // PyTorch's default initialisation (init::default_layer_init).
 #pragma once
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::nn {
 

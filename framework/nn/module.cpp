@@ -1,9 +1,9 @@
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 #include <set>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "framework/random.h"
-#include "framework/serialize.h"
-#include "framework/tensor.h"
+#include "ringflow/framework/random.h"
+#include "ringflow/framework/serialize.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::nn {
 

@@ -1,4 +1,4 @@
-#include "framework/nn/pooling.h"
+#include "ringflow/framework/nn/pooling.h"
 
 namespace ringflow::nn {
 

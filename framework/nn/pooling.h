@@ -5,8 +5,8 @@
 #include <array>
 #include <optional>
 
-#include "framework/nn/module.h"
-#include "framework/ops.h"
+#include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::nn {
 

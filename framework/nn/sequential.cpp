@@ -1,4 +1,4 @@
-#include "framework/nn/sequential.h"
+#include "ringflow/framework/nn/sequential.h"
 
 namespace ringflow::nn {
 

@@ -4,7 +4,7 @@
 
 #include <initializer_list>
 
-#include "framework/nn/module.h"
+#include "ringflow/framework/nn/module.h"
 
 namespace ringflow::nn {
 

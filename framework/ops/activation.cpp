@@ -1,8 +1,8 @@
 // softmax / log_softmax (kernels with a backward from the output) and dropout.
 // relu, sigmoid and tanh are elementwise ops (elementwise.cpp).
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

@@ -1,8 +1,8 @@
 // conv2d: shape checks, forward on the device's kernel, backward via the data and weight
 // gradient kernels. Outputs are channels-last when the input is or the backend prefers it.
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 

@@ -1,8 +1,8 @@
 // Creation ops: allocation, constants, ranges and random tensors.
 #include <cmath>
 
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

@@ -1,9 +1,9 @@
 // Elementwise ops with broadcasting, and their gradients written with forward ops.
 #include <cmath>
 
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 

@@ -1,7 +1,7 @@
 // gather along a dim, with scatter_add as its gradient.
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

@@ -1,6 +1,6 @@
 // Losses composed from differentiable ops, so their gradients need no rules of their own.
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

@@ -1,7 +1,7 @@
 // matmul with NumPy semantics on top of one batched kernel (B, M, K) @ (B, K, N), and linear.
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

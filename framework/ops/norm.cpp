@@ -1,8 +1,8 @@
 // Batch normalisation (PyTorch's F.batch_norm): batch statistics and running-stat updates
 // in training, running statistics in eval.
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 namespace {

@@ -1,8 +1,8 @@
 // Pooling: max and average (PyTorch's output sizes, ceil_mode and padding rules) and
 // adaptive average pooling. Outputs keep the input's layout.
-#include "framework/autograd.h"
-#include "framework/dispatch.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 

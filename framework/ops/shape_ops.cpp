@@ -1,6 +1,6 @@
 // Shape ops that make new tensors: cat and the functional flatten.
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow {
 

@@ -1,9 +1,9 @@
-#include "framework/optim/adam.h"
+#include "ringflow/framework/optim/adam.h"
 
 #include <cmath>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::optim {
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& o)

@@ -8,7 +8,7 @@
 // State: "step" (0-d f64 on the cpu), "exp_avg" (m), "exp_avg_sq" (v).
 #pragma once
 
-#include "framework/optim/optimizer.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow::optim {
 

@@ -1,10 +1,10 @@
-#include "framework/optim/clip_grad.h"
+#include "ringflow/framework/optim/clip_grad.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::optim {
 namespace {

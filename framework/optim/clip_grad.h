@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "framework/tensor.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::optim {
 

@@ -1,4 +1,4 @@
-#include "framework/optim/lr_schedule.h"
+#include "ringflow/framework/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "framework/optim/optimizer.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow::optim {
 

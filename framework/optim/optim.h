@@ -1,8 +1,8 @@
 // ringflow::optim umbrella: optimizers, learning-rate schedules, gradient clipping.
 #pragma once
 
-#include "framework/optim/adam.h"
-#include "framework/optim/clip_grad.h"
-#include "framework/optim/lr_schedule.h"
-#include "framework/optim/optimizer.h"
-#include "framework/optim/sgd.h"
+#include "ringflow/framework/optim/adam.h"
+#include "ringflow/framework/optim/clip_grad.h"
+#include "ringflow/framework/optim/lr_schedule.h"
+#include "ringflow/framework/optim/optimizer.h"
+#include "ringflow/framework/optim/sgd.h"

@@ -1,11 +1,11 @@
-#include "framework/optim/optimizer.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::optim {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/dispatch.h"
-#include "framework/tensor.h"
+#include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/tensor.h"
 
 namespace ringflow::optim {
 

@@ -1,7 +1,7 @@
-#include "framework/optim/sgd.h"
+#include "ringflow/framework/optim/sgd.h"
 
-#include "framework/autograd.h"
-#include "framework/ops.h"
+#include "ringflow/framework/autograd.h"
+#include "ringflow/framework/ops.h"
 
 namespace ringflow::optim {
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& o) : Optimizer(std::move(params), o.lr), options_(o) {

@@ -7,7 +7,7 @@
 // State: "momentum_buffer" per parameter when momentum != 0.
 #pragma once
 
-#include "framework/optim/optimizer.h"
+#include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow::optim {
 

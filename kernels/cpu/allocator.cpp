@@ -1,4 +1,4 @@
-#include "kernels/cpu/allocator.h"
+#include "ringflow/kernels/cpu/allocator.h"
 
 #include <algorithm>
 #include <cstdlib>

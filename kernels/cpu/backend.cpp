@@ -1,9 +1,9 @@
 // The CPU backend table: reference_backend() with the fast kernels of kernels/cpu/ on top.
 // Each fast kernel falls back to the reference entry for operands it does not take.
-#include "kernels/backend.h"
+#include "ringflow/kernels/backend.h"
 
-#include "kernels/cpu/allocator.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow {
 

@@ -3,7 +3,7 @@
 // gamma/beta map to use_scale/use_shift; eval uses use_global_stats.
 #include <bit>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

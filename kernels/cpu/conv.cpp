@@ -10,7 +10,7 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

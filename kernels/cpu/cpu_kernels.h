@@ -6,8 +6,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "kernels/backend.h"
-#include "kernels/cpu/dnnl_context.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cpu/dnnl_context.h"
 
 namespace ringflow::cpu {
 

@@ -1,10 +1,10 @@
-#include "kernels/cpu/dnnl_context.h"
+#include "ringflow/kernels/cpu/dnnl_context.h"
 
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
-#include "kernels/cpu/allocator.h"
+#include "ringflow/kernels/cpu/allocator.h"
 
 namespace ringflow::cpu {
 namespace {

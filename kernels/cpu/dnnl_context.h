@@ -23,7 +23,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::cpu {
 

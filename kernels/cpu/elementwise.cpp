@@ -6,8 +6,8 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/loop.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/loop.h"
 
 namespace ringflow::cpu {
 namespace {

@@ -1,6 +1,6 @@
 // relu and its backward over oneDNN eltwise, for dense operands sharing one layout
 // (viewed as 1-D arrays of numel elements, so any dense layout runs the same primitive).
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <omp.h>
 
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::cpu {
 

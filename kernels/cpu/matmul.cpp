@@ -4,7 +4,7 @@
 // oneDNN has no implementation for those strides are a and b copied contiguous.
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

@@ -2,8 +2,8 @@
 // itself); other dtypes take the reference loops.
 #include <cmath>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

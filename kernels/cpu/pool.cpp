@@ -10,7 +10,7 @@
 // which backward consumes; the workspace remembers the layout it was computed in.
 #include <algorithm>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 namespace {

@@ -1,7 +1,7 @@
 // Softmax and log-softmax along one dim over oneDNN (softmax_* and logsoftmax_*), on the
 // Views' own strides. oneDNN describes src and dst with one desc, so y follows x's
 // layout (and dy follows dx's); a mismatching operand goes through a scratch copy.
-#include "kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 

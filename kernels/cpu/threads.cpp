@@ -6,7 +6,7 @@
 
 #include <omp.h>
 
-#include "kernels/backend.h"
+#include "ringflow/kernels/backend.h"
 
 namespace ringflow {
 

@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/caching_allocator.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda_memory.h"
+#include "ringflow/kernels/caching_allocator.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda_memory.h"
 
 namespace ringflow {
 namespace cuda {

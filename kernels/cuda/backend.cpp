@@ -1,9 +1,9 @@
 // The CUDA backend table: memory (the caching allocator, allocator.cpp), the own kernels of
 // kernels/simt/ (simt_*.cu), matmul on cuBLAS, convolutions on cuDNN
 // (or own kernels without it). Streams: Note [CUDA streams] in cuda_kernels.h.
-#include "kernels/backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
 
 namespace ringflow {
 namespace cuda {

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda_copy.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda_copy.h"
 
 namespace ringflow {
 namespace {

@@ -1,10 +1,10 @@
 // cublas_handle(): Note in cublas_context.h.
-#include "kernels/cuda/cublas_context.h"
+#include "ringflow/kernels/cuda/cublas_context.h"
 
 #include <map>
 #include <mutex>
 
-#include "kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/check.h"
 
 namespace ringflow::cuda {
 

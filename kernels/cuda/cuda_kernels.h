@@ -11,8 +11,8 @@
 
 #include <cstddef>
 
-#include "kernels/backend.h"
-#include "kernels/view.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::cuda {
 

@@ -11,10 +11,10 @@
 #include <mutex>
 #include <optional>
 
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/cudnn_conv_plan.h"
-#include "kernels/cuda/cudnn_handle.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/cudnn_conv_plan.h"
+#include "ringflow/kernels/cuda/cudnn_handle.h"
 
 namespace ringflow::cuda {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/backend.h"
-#include "kernels/view.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::cuda {
 

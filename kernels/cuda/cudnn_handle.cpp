@@ -1,9 +1,9 @@
-#include "kernels/cuda/cudnn_handle.h"
+#include "ringflow/kernels/cuda/cudnn_handle.h"
 
 #include <map>
 #include <mutex>
 
-#include "kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/check.h"
 
 namespace ringflow::cuda {
 

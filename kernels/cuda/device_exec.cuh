@@ -6,8 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/check.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

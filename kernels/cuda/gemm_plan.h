@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::cuda {
 

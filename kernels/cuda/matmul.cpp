@@ -8,11 +8,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/backend.h"
-#include "kernels/cuda/check.h"
-#include "kernels/cuda/cublas_context.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/gemm_plan.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cublas_context.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/gemm_plan.h"
 
 namespace ringflow::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // cuda_device_count() for builds with CUDA: asks the runtime, and turns "no driver"
 // (error 35 on machines with only the stub libcuda) into 0 devices plus a reason; and
 // set_cuda_device(), DeviceScope and synchronize().
-#include "kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_devices.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,7 +1,7 @@
 // The SIMT batch norm kernels (kernels/simt/batch_norm.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/batch_norm.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/batch_norm.h"
 
 namespace ringflow::cuda {
 

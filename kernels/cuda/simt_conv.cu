@@ -1,8 +1,8 @@
 // The direct convolutions (kernels/simt/conv.h) instantiated for the GPU: the conv entries
 // of a build without cuDNN.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/conv.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/conv.h"
 
 namespace ringflow::cuda {
 

@@ -1,7 +1,7 @@
 // The SIMT elementwise kernels (kernels/simt/elementwise.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/elementwise.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/elementwise.h"
 
 namespace ringflow::cuda {
 

@@ -1,7 +1,7 @@
 // The SIMT index kernels (kernels/simt/index.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/index.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/index.h"
 
 namespace ringflow::cuda {
 

@@ -1,7 +1,7 @@
 // The SIMT optimizer kernels (kernels/simt/optimizer.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/optimizer.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/optimizer.h"
 
 namespace ringflow::cuda {
 

@@ -1,7 +1,7 @@
 // The SIMT pool kernels (kernels/simt/pool.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/pool.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/pool.h"
 
 namespace ringflow::cuda {
 

@@ -1,7 +1,7 @@
 // The SIMT reduce kernels (kernels/simt/reduce.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/reduce.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/reduce.h"
 
 namespace ringflow::cuda {
 

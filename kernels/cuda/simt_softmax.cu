@@ -1,7 +1,7 @@
 // The SIMT softmax kernels (kernels/simt/softmax.h) instantiated for the GPU.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/device_exec.cuh"
-#include "kernels/simt/softmax.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cuda/device_exec.cuh"
+#include "ringflow/kernels/simt/softmax.h"
 
 namespace ringflow::cuda {
 

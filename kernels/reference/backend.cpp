@@ -1,8 +1,8 @@
 // reference_backend(): the table of naive kernels that every other backend is tested
 // against. Host memory, so it shares the CPU allocator.
-#include "kernels/backend.h"
-#include "kernels/cpu/allocator.h"
-#include "kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
 
 namespace ringflow {
 

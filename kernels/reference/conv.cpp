@@ -3,8 +3,8 @@
 // land in padding contribute zero. One group; x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q).
 #include <vector>
 
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

@@ -3,8 +3,8 @@
 // every dim except `dim`, where the index value is used instead.
 #include <vector>
 
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

@@ -1,7 +1,7 @@
 // Batched matmul out (B, M, N) = a (B, M, K) @ b (B, K, N): the textbook triple loop per
 // batch, any strides (a batch stride of 0 broadcasts one matrix over the batch).
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

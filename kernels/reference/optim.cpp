@@ -2,8 +2,8 @@
 // double, any floating dtype: the oracle for the CPU and CUDA versions.
 #include <cmath>
 
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/reference/strided.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/reference/strided.h"
 
 namespace ringflow::reference {
 

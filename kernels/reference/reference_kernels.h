@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/backend.h"
+#include "ringflow/kernels/backend.h"
 
 namespace ringflow::reference {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/view.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::strided {
 

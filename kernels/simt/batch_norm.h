@@ -4,9 +4,9 @@
 // gamma, beta, mean and var may be of any floating dtype (f32 with 16-bit activations).
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/simt/simt.h"
-#include "kernels/view.h"
+#include "ringflow/kernels/simt/simt.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::simt {
 

@@ -6,10 +6,10 @@
 // (double for f64). Asymmetric padding and dilation as Conv2dParams says.
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/pool.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/pool.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

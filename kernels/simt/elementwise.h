@@ -4,10 +4,10 @@
 // once on store, with the reference backend's semantics (NaN handling, integer division).
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/indexer.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/indexer.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -1,13 +1,13 @@
-#include "kernels/simt/host_backend.h"
+#include "ringflow/kernels/simt/host_backend.h"
 
-#include "kernels/simt/batch_norm.h"
-#include "kernels/simt/elementwise.h"
-#include "kernels/simt/host_exec.h"
-#include "kernels/simt/index.h"
-#include "kernels/simt/optimizer.h"
-#include "kernels/simt/pool.h"
-#include "kernels/simt/reduce.h"
-#include "kernels/simt/softmax.h"
+#include "ringflow/kernels/simt/batch_norm.h"
+#include "ringflow/kernels/simt/elementwise.h"
+#include "ringflow/kernels/simt/host_exec.h"
+#include "ringflow/kernels/simt/index.h"
+#include "ringflow/kernels/simt/optimizer.h"
+#include "ringflow/kernels/simt/pool.h"
+#include "ringflow/kernels/simt/reduce.h"
+#include "ringflow/kernels/simt/softmax.h"
 
 namespace ringflow {
 

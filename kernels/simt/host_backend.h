@@ -5,7 +5,7 @@
 // Tests compare it with the reference backend, so CI checks the GPU kernels without a GPU.
 #pragma once
 
-#include "kernels/backend.h"
+#include "ringflow/kernels/backend.h"
 
 namespace ringflow {
 

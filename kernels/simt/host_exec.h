@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -4,10 +4,10 @@
 // the output's dtype, in whatever order the threads run.
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/indexer.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/indexer.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/simt/simt.h"
-#include "kernels/view.h"
+#include "ringflow/kernels/simt/simt.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::simt {
 

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -4,10 +4,10 @@
 // workspace. Window rules (clipping, divisors, ties, NaN) as kernels/reference/pool.cpp.
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/reference/reference_kernels.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/reference/reference_kernels.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

@@ -4,10 +4,10 @@
 // integers); max/min propagate NaN; argmax takes the first maximum, or the first NaN.
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/indexer.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/indexer.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 

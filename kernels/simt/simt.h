@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/dtype.h"
+#include "ringflow/kernels/dtype.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>

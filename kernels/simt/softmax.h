@@ -5,10 +5,10 @@
 //   log_softmax: dx = dy - exp(y) * sum(dy)
 #pragma once
 
-#include "kernels/backend.h"
-#include "kernels/simt/check.h"
-#include "kernels/simt/indexer.h"
-#include "kernels/simt/simt.h"
+#include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/indexer.h"
+#include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
 
