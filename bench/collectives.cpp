@@ -39,6 +39,7 @@
 
 #include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
 #include "ringflow/comm/group/nccl_process_group.h"
 #include "ringflow/comm/transport/shm_transport.h"
@@ -308,15 +309,16 @@ int main(int argc, char** argv) {
     // The process group's choice (comm/group/mpi_process_group.h): shared memory on one node,
     // else TCP, else MPI; or the one asked for.
     MpiTransport mpi_transport(comm);
+    MpiBootstrap bootstrap(comm);
     std::unique_ptr<ShmTransport> shm_transport;
     std::unique_ptr<TcpTransport> tcp_transport;
     std::string transport_name = "mpi", why_not_shm = "not asked for", why_not_tcp = "not asked for";
     if (o.transport == "auto" || o.transport == "shm") {
-      shm_transport = ShmTransport::create(comm, o.shm, &why_not_shm);
+      shm_transport = ShmTransport::create(bootstrap, o.shm, &why_not_shm);
       if (!shm_transport && o.transport == "shm") throw std::runtime_error("--transport shm: " + why_not_shm);
     }
     if (!shm_transport && (o.transport == "auto" || o.transport == "tcp")) {
-      tcp_transport = TcpTransport::create(comm, {.interface = o.socket_interface}, &why_not_tcp);
+      tcp_transport = TcpTransport::create(bootstrap, {.interface = o.socket_interface}, &why_not_tcp);
       if (!tcp_transport && o.transport == "tcp") throw std::runtime_error("--transport tcp: " + why_not_tcp);
     }
     if (shm_transport) {

@@ -20,6 +20,7 @@
 
 #include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/comm/base/scratch.h"
+#include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
 #include "ringflow/comm/transport/shm_transport.h"
 #include "ringflow/comm/transport/tcp_transport.h"
@@ -44,12 +45,13 @@ MPI_Comm dup_world() {
 // The transports, made once for the whole test program (ShmTransport::create is collective).
 struct Transports {
   MpiTransport mpi{dup_world()};
-  std::unique_ptr<ShmTransport> shm = ShmTransport::create(dup_world());
+  MpiBootstrap bootstrap{dup_world()};
+  std::unique_ptr<ShmTransport> shm = ShmTransport::create(bootstrap);
   // 64-byte slots, 2 per channel: a 1 KB message takes 16 pieces and wraps its channel 8 times.
   std::unique_ptr<ShmTransport> shm_tiny =
-      ShmTransport::create(dup_world(), {.slot_bytes = 64, .slots = 2});
+      ShmTransport::create(bootstrap, {.slot_bytes = 64, .slots = 2});
   // On one node it connects through the first interface that is up (loopback at worst).
-  std::unique_ptr<TcpTransport> tcp = TcpTransport::create(dup_world());
+  std::unique_ptr<TcpTransport> tcp = TcpTransport::create(bootstrap);
 };
 
 Transports& transports() {
@@ -448,7 +450,11 @@ TEST_CASE("MpiTransport past its deadline throws naming the peer that did not se
 template <class T>
 std::unique_ptr<T> fresh() {
   MPI_Comm comm = dup_world();
-  std::unique_ptr<T> t = T::create(comm);
+  std::unique_ptr<T> t;
+  {
+    MpiBootstrap bootstrap(comm);
+    t = T::create(bootstrap);
+  }
   MPI_Comm_free(&comm);  // neither transport keeps it
   return t;
 }
@@ -576,7 +582,8 @@ TEST_CASE("TcpTransport: a rank that fails shuts its connections, so its peers f
 TEST_CASE("TcpTransport: an interface that does not exist is named on every rank") {
   MPI_Comm comm = dup_world();
   std::string why_not;
-  auto t = TcpTransport::create(comm, {.interface = "no-such-if0"}, &why_not);
+  MpiBootstrap bootstrap(comm);
+  auto t = TcpTransport::create(bootstrap, {.interface = "no-such-if0"}, &why_not);
   MPI_Comm_free(&comm);
   CHECK(t == nullptr);
   CHECK_MESSAGE(why_not.find("rank 0: no network interface 'no-such-if0'") != std::string::npos,

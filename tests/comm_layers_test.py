@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """comm/'s layers depend only downward: a file under comm/<layer>/ includes from its own
-layer or one below (base < transport < algorithms < group < ddp), never from above, and
+layer or one below (base < bootstrap < transport < algorithms < group < ddp), never from above, and
 no source lies in comm/ itself. Exits non-zero naming each include that breaks this."""
 import pathlib
 import re
 import sys
 
-LAYERS = ["base", "transport", "algorithms", "group", "ddp"]
+LAYERS = ["base", "bootstrap", "transport", "algorithms", "group", "ddp"]
 root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".") / "comm"
 include = re.compile(r'^\s*#\s*include\s*[<"](?:ringflow/)?comm/(\w+)/', re.M)
 

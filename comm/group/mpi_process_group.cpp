@@ -66,6 +66,7 @@
 #include "ringflow/comm/group/collective_kind.h"
 #include "ringflow/comm/transport/counting_transport.h"
 #include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
 #include "ringflow/comm/transport/shm_transport.h"
 #include "ringflow/comm/transport/tcp_transport.h"
@@ -245,10 +246,11 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   }
   RF_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
   RF_CHECK_MPI(MPI_Comm_size(comm_, &size_));
-  if (options_.shared_memory) shm_ = ShmTransport::create(algo_comm_);
+  MpiBootstrap bootstrap(algo_comm_);
+  if (options_.shared_memory) shm_ = ShmTransport::create(bootstrap);
   // Collective: every rank asks, since each ShmTransport::create answers the same.
   if (!shm_ && options_.sockets) {
-    tcp_ = TcpTransport::create(algo_comm_, {.interface = options_.socket_interface}, &why_not_tcp_);
+    tcp_ = TcpTransport::create(bootstrap, {.interface = options_.socket_interface}, &why_not_tcp_);
   }
   if (shm_) shm_->set_waiters(waiters_.get());
   if (tcp_) tcp_->set_waiters(waiters_.get());

@@ -56,7 +56,7 @@
 
 #include "ringflow/comm/base/reduce.h"
 #include "ringflow/comm/base/backoff.h"
-#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/comm/base/fd.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -69,7 +69,6 @@ constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
 constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
-constexpr int kNameBytes = 64;
 constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
 
 void cpu_relax() {
@@ -115,33 +114,28 @@ size_t pieces(size_t bytes, size_t slot_bytes) {
 
 std::string errno_text() { return std::strerror(errno); }
 
-void check_mpi(int code, const char* call) { detail::check_mpi(code, "ShmTransport::create", call); }
-
-// Maps `name` (bytes long) read-write, or returns nullptr with *error set.
-unsigned char* map_segment(const char* name, size_t bytes, bool create, std::string* error) {
-  const int fd = create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0);
-  if (fd < 0) {
+// Maps `name` (bytes long) read-write, or returns an empty Mapping with *error set.
+Mapping map_segment(const char* name, size_t bytes, bool create, std::string* error) {
+  Fd fd(create ? shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600) : shm_open(name, O_RDWR, 0));
+  if (!fd) {
     *error = cat("shm_open(", name, "): ", errno_text());
-    return nullptr;
+    return {};
   }
-  if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (create && ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     *error = cat("ftruncate(", name, ", ", bytes, "): ", errno_text());
-    close(fd);
-    return nullptr;
+    return {};
   }
   struct stat st{};
-  if (!create && (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes)) {
+  if (!create && (fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != bytes)) {
     *error = cat("segment ", name, " is not ", bytes, " bytes long");
-    close(fd);
-    return nullptr;
+    return {};
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     *error = cat("mmap(", name, ", ", bytes, "): ", errno_text());
-    return nullptr;
+    return {};
   }
-  return static_cast<unsigned char*>(p);
+  return Mapping(p, bytes);
 }
 
 // A name no other segment on this node has: pid, a counter, and random bits.
@@ -154,28 +148,15 @@ std::string segment_name() {
 
 }  // namespace
 
-std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, ShmTransportOptions options,
+std::unique_ptr<ShmTransport> ShmTransport::create(Bootstrap& bootstrap, ShmTransportOptions options,
                                                    std::string* why_not) {
-  RF_CHECK(comm != MPI_COMM_NULL, "ShmTransport: null communicator");
   RF_CHECK(options.slot_bytes > 0 && options.slots > 0,
            "ShmTransport: slot_bytes and slots must be > 0");
-  std::string reason;
-  int rank = 0, size = 1;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-
-  // Only where MPI counts every rank on this node (bench/cluster's hosts do not share one,
+  const int rank = bootstrap.rank(), size = bootstrap.size();
+  // Only where every rank is on this node (bench/cluster's hosts do not share one,
   // although their namespaces could share /dev/shm).
-  MPI_Comm local;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
-  int local_size = 0;
-  check_mpi(MPI_Comm_size(local, &local_size), "MPI_Comm_size");
-  check_mpi(MPI_Comm_free(&local), "MPI_Comm_free");
-  int all_local = local_size == size ? 1 : 0, every_rank_local = 0;
-  check_mpi(MPI_Allreduce(&all_local, &every_rank_local, 1, MPI_INT, MPI_MIN, comm),
-            "MPI_Allreduce");
-  if (!every_rank_local) {
+  const std::vector<std::string> nodes = bootstrap.allgather(node_identity());
+  if (node_ranks(nodes, rank).local_size != size) {
     if (why_not) *why_not = "the ranks are not all on one node";
     return nullptr;
   }
@@ -190,52 +171,43 @@ std::unique_ptr<ShmTransport> ShmTransport::create(MPI_Comm comm, ShmTransportOp
   const size_t segment_bytes = segment_bytes_for(slot_bytes);
 
   // Each rank makes its own segment; all names go to everyone; each maps the others.
-  char name[kNameBytes] = {};
+  std::string reason;
   const std::string own_name = segment_name();
-  std::snprintf(name, sizeof name, "%s", own_name.c_str());
-  std::vector<unsigned char*> segments(size, nullptr);
-  segments[rank] = map_segment(name, segment_bytes, /*create=*/true, &reason);
-  const bool created = segments[rank] != nullptr;
-  std::vector<char> names(static_cast<size_t>(size) * kNameBytes);
-  check_mpi(MPI_Allgather(name, kNameBytes, MPI_CHAR, names.data(), kNameBytes, MPI_CHAR, comm),
-            "MPI_Allgather");
+  std::vector<Mapping> segments(size);
+  segments[rank] = map_segment(own_name.c_str(), segment_bytes, /*create=*/true, &reason);
+  const bool created = static_cast<bool>(segments[rank]);
+  const std::vector<std::string> names = bootstrap.allgather(own_name);
   bool ok = created;
   for (int q = 0; q < size && ok; ++q) {
     if (q == rank) continue;
-    segments[q] = map_segment(&names[q * kNameBytes], segment_bytes, /*create=*/false, &reason);
-    ok = segments[q] != nullptr;
+    segments[q] = map_segment(names[q].c_str(), segment_bytes, /*create=*/false, &reason);
+    ok = static_cast<bool>(segments[q]);
   }
-  int mine = ok ? 1 : 0, everyone = 0;
-  check_mpi(MPI_Allreduce(&mine, &everyone, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  const std::vector<std::string> outcomes = bootstrap.allgather(ok ? "" : reason);
   // Every rank has opened every segment (or given up): the names can go.
-  if (created) shm_unlink(name);
-  if (!everyone) {
-    for (unsigned char* s : segments) {
-      if (s) munmap(s, segment_bytes);
-    }
-    if (why_not) *why_not = ok ? "another rank could not map the shared segments" : reason;
+  if (created) shm_unlink(own_name.c_str());
+  for (const std::string& theirs : outcomes) {
+    if (theirs.empty()) continue;
+    if (why_not) *why_not = ok ? "another rank could not map the shared segments: " + theirs : reason;
     return nullptr;
   }
   return std::unique_ptr<ShmTransport>(
-      new ShmTransport(rank, size, slot_bytes, slots, std::move(segments), segment_bytes));
+      new ShmTransport(rank, size, slot_bytes, slots, std::move(segments)));
 }
 
 ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, int slots,
-                           std::vector<unsigned char*> segments, size_t segment_bytes)
+                           std::vector<Mapping> segments)
     : rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       slots_(slots),
       channel_bytes_(kHeadBytes + slots * (kSlotHeadBytes + slot_bytes)),
-      segments_(std::move(segments)),
-      segment_bytes_(segment_bytes) {}
+      segments_(std::move(segments)) {}
 
-ShmTransport::~ShmTransport() {
-  for (unsigned char* s : segments_) munmap(s, segment_bytes_);
-}
+ShmTransport::~ShmTransport() = default;
 
 unsigned char* ShmTransport::channel(int writer, int reader) const {
-  return segments_[writer] + static_cast<size_t>(reader) * channel_bytes_;
+  return segments_[writer].data() + static_cast<size_t>(reader) * channel_bytes_;
 }
 
 void ShmTransport::send(const void* data, size_t bytes, int peer) {

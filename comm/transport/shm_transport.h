@@ -6,10 +6,9 @@
 // buffer), and every copy is one user-space memcpy into or out of a slot in cache: no
 // kernel call, no page pinning.
 //
-// Made collectively over an MPI communicator, MPI being used only for the set-up (which
-// ranks share a node, the names of the segments): create() returns nullptr on every rank,
-// with the reason, unless every rank of the communicator is on this node and each could
-// map every segment. Destroying it is local (no collective): it unmaps the segments, and
+// Made collectively through a Bootstrap, which carries only the set-up (which ranks share
+// a node, the names of the segments): create() returns nullptr on every rank, with the
+// reason, unless every rank is on this node and each could map every segment. Destroying it is local (no collective): it unmaps the segments, and
 // the kernel frees them once every rank has. Nothing a peer does later can write into the
 // caller's buffers, only into the segments.
 //
@@ -21,14 +20,14 @@
 // A message of another length than expected throws as well.
 #pragma once
 
-#include <mpi.h>
-
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/base/mapping.h"
+#include "ringflow/comm/bootstrap/bootstrap.h"
 #include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
@@ -42,10 +41,10 @@ class ShmTransport final : public Transport {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
 
-  // Collective over comm. nullptr (and *why_not, when given) where the ranks are not all
+  // Collective over the bootstrap's ranks. nullptr (and *why_not, when given) where the ranks are not all
   // on this node or shared memory cannot be had. A segment holds size() channels; for
   // large groups slot_bytes shrinks so that a segment stays within 64 MiB.
-  static std::unique_ptr<ShmTransport> create(MPI_Comm comm, ShmTransportOptions options = {},
+  static std::unique_ptr<ShmTransport> create(Bootstrap& bootstrap, ShmTransportOptions options = {},
                                               std::string* why_not = nullptr);
   ~ShmTransport() override;
   ShmTransport(const ShmTransport&) = delete;
@@ -75,8 +74,7 @@ class ShmTransport final : public Transport {
     DType dtype = DType::f32;  // reduce only
     ReduceOp op = ReduceOp::sum;
   };
-  ShmTransport(int rank, int size, size_t slot_bytes, int slots,
-               std::vector<unsigned char*> segments, size_t segment_bytes);
+  ShmTransport(int rank, int size, size_t slot_bytes, int slots, std::vector<Mapping> segments);
   // Moves one message each way (to < 0: none sent; from < 0: none received), interleaving
   // the pieces of both so that neither end waits for the other's whole message.
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
@@ -87,8 +85,7 @@ class ShmTransport final : public Transport {
   size_t slot_bytes_ = 0;
   int slots_ = 0;
   size_t channel_bytes_ = 0;
-  std::vector<unsigned char*> segments_;  // every rank's segment, mapped here
-  size_t segment_bytes_ = 0;
+  std::vector<Mapping> segments_;  // every rank's segment, mapped here
   Deadline deadline_ = Deadline::max();
   std::string broken_;  // why the transport is unusable; empty while usable
 };

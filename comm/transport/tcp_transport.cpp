@@ -16,12 +16,11 @@
 //
 // Wire format: each message is an 8-byte length (host order: both ends are the same
 // build) followed by its bytes; the connection between ranks a < b is made by b, which
-// greets a with a magic number and its rank.
+// greets a with a magic number and its rank. The listening addresses go round through the
+// group's Bootstrap (MPI or the TCP rendezvous).
 #include "ringflow/comm/transport/tcp_transport.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -36,7 +35,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "ringflow/comm/base/mpi_error.h"
+#include "ringflow/comm/base/socket.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -44,9 +43,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kHello = 0x52465450;  // "RFTP"
-constexpr int kReasonBytes = 512;        // a failed set-up's reason, as sent to every rank
 
-struct Endpoint {     // what each rank tells the others, through MPI
+struct Endpoint {     // what each rank tells the others, through the bootstrap
   uint32_t addr = 0;  // network byte order
   uint16_t port = 0;  // network byte order
   uint16_t ok = 0;    // 0: this rank could not listen
@@ -57,116 +55,37 @@ struct Hello {
   uint32_t rank = 0;
 };
 
-void check_mpi(int code, const char* call) { detail::check_mpi(code, "TcpTransport::create", call); }
+using detail::endpoint_text;
+using detail::poll_timeout;
+using detail::wait_for;
 
-std::string endpoint_text(uint32_t addr, uint16_t port) {
-  char text[INET_ADDRSTRLEN] = {};
-  in_addr a{addr};
-  inet_ntop(AF_INET, &a, text, sizeof text);
-  return cat(text, ":", ntohs(port));
-}
-
-// The IPv4 address of `interface`, or of the first suitable one (TcpTransportOptions).
-bool pick_address(const std::string& interface, in_addr* out, std::string* error) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) {
-    *error = cat("getifaddrs: ", std::strerror(errno));
-    return false;
-  }
-  auto suitable = [&](const ifaddrs* a) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) return false;
-    const std::string name = a->ifa_name;
-    if (!interface.empty()) return name == interface;
-    return !(a->ifa_flags & IFF_LOOPBACK) && name.rfind("docker", 0) != 0 &&
-           name.rfind("virbr", 0) != 0;
-  };
-  bool found = false;
-  for (const ifaddrs* a = list; a && !found; a = a->ifa_next) {
-    if (suitable(a)) {
-      *out = reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr;
-      found = true;
-    }
-  }
-  freeifaddrs(list);
-  if (found) return true;
-  if (!interface.empty()) {
-    *error = cat("no network interface '", interface, "' that is up with an IPv4 address");
-    return false;
-  }
-  out->s_addr = htonl(INADDR_LOOPBACK);
-  return true;
-}
-
-// Milliseconds until deadline for poll(): -1 for none, 0 once it has passed.
-int poll_timeout(Clock::time_point deadline) {
-  if (deadline == Clock::time_point::max()) return -1;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
-}
-
-// Waits for `events` on fd; false once the deadline passes first. A poll() error counts
-// as ready: the call that follows reports it.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int timeout = poll_timeout(deadline);
-    const int r = poll(&p, 1, timeout);
-    if (r > 0 || (r < 0 && errno != EINTR)) return true;
-    if (r == 0 && timeout == 0) return false;
-  }
-}
-
-// A connection to `to`, greeted with our rank; -1 and *error on failure.
-int connect_to(const Endpoint& to, int peer, int rank, Clock::time_point deadline,
-               std::string* error) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    *error = cat("rank ", rank, ": socket: ", std::strerror(errno));
-    return -1;
-  }
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = to.addr;
-  sa.sin_port = to.port;
+// A connection to `to`, greeted with our rank; invalid and *error on failure.
+Fd connect_to(const Endpoint& to, int peer, int rank, Clock::time_point deadline,
+              std::string* error) {
   int err = 0;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    err = errno;
-    if (err == EINPROGRESS) {
-      socklen_t len = sizeof err;
-      err = !wait_for(fd, POLLOUT, deadline)                          ? ETIMEDOUT
-            : getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ? errno
-                                                                     : err;
-    }
-  }
+  Fd fd = detail::connect_to(in_addr{to.addr}, to.port, deadline, &err);
   const Hello hello{kHello, static_cast<uint32_t>(rank)};
-  if (err == 0 && send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) err = errno;
+  if (fd && send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) err = errno;
   if (err != 0) {
     *error = cat("rank ", rank, " could not connect to rank ", peer, " at ",
                  endpoint_text(to.addr, to.port), ": ", std::strerror(err));
-    close(fd);
-    return -1;
+    return Fd();
   }
   return fd;
 }
 
 // Accepts one connection and reads its greeting: the peer's rank, or -1 when the deadline
 // passed first (a connection that does not greet as a rank is dropped and waited past).
-int accept_one(int listener, Clock::time_point deadline, int* fd_out) {
+int accept_one(int listener, Clock::time_point deadline, Fd* out) {
   while (wait_for(listener, POLLIN, deadline)) {
-    const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // EAGAIN, ECONNABORTED, EINTR: wait for the next one
+    Fd fd(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd) continue;  // EAGAIN, ECONNABORTED, EINTR: wait for the next one
     Hello hello{};
-    size_t got = 0;
-    while (got < sizeof hello && wait_for(fd, POLLIN, deadline)) {
-      const ssize_t n = recv(fd, reinterpret_cast<char*>(&hello) + got, sizeof hello - got, 0);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
-      if (n > 0) got += static_cast<size_t>(n);
-    }
-    if (got == sizeof hello && hello.magic == kHello) {
-      *fd_out = fd;
+    if (detail::recv_all(fd.get(), &hello, sizeof hello, deadline).empty() &&
+        hello.magic == kHello) {
+      *out = std::move(fd);
       return static_cast<int>(hello.rank);
     }
-    close(fd);
   }
   return -1;
 }
@@ -183,38 +102,30 @@ int rest_of_message(size_t done, uint64_t* header, void* data, size_t data_bytes
 
 }  // namespace
 
-std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm, const TcpTransportOptions& options,
+std::unique_ptr<TcpTransport> TcpTransport::create(Bootstrap& bootstrap,
+                                                   const TcpTransportOptions& options,
                                                    std::string* why_not) {
-  RF_CHECK(comm != MPI_COMM_NULL, "TcpTransport: null communicator");
-  int rank = 0, size = 1;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const int rank = bootstrap.rank(), size = bootstrap.size();
 
   // Listen, then tell everyone where.
   std::string reason;
   Endpoint mine;
   in_addr addr{};
-  int listener = -1;
-  if (pick_address(options.interface, &addr, &reason)) {
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr = addr;
-    socklen_t len = sizeof sa;
-    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-        listen(listener, std::max(size, 16)) != 0 ||
-        getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-      reason = cat("rank ", rank, " could not listen on ", endpoint_text(addr.s_addr, 0), ": ",
-                   std::strerror(errno));
-    } else {
-      mine = {sa.sin_addr.s_addr, sa.sin_port, 1};
-    }
-  } else {
-    reason = cat("rank ", rank, ": ", reason);
+  Fd listener;
+  if (detail::pick_address(options.interface, &addr, &reason)) {
+    sockaddr_in bound{};
+    listener = detail::listen_on(addr, 0, std::max(size, 16), &bound, &reason);
+    if (listener) mine = {bound.sin_addr.s_addr, bound.sin_port, 1};
   }
+  if (!listener) reason = cat("rank ", rank, ": ", reason);
   std::vector<Endpoint> all(size);
-  check_mpi(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm),
-            "MPI_Allgather");
+  const std::vector<std::string> blobs =
+      bootstrap.allgather(std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+  for (int q = 0; q < size; ++q) {
+    RF_CHECK(blobs[q].size() == sizeof(Endpoint), "TcpTransport::create: rank ", q,
+             " sent an address of ", blobs[q].size(), " bytes");
+    std::memcpy(&all[q], blobs[q].data(), sizeof(Endpoint));
+  }
   // A rank that found no interface but loopback cannot be reached from another host.
   auto loopback = [](const Endpoint& e) { return e.addr == htonl(INADDR_LOOPBACK); };
   const bool one_address = std::all_of(all.begin(), all.end(),
@@ -232,62 +143,51 @@ std::unique_ptr<TcpTransport> TcpTransport::create(MPI_Comm comm, const TcpTrans
 
   // Rank b connects to every a < b; connections complete in the listeners' backlogs, so
   // connecting before accepting cannot deadlock.
-  std::vector<int> fds(size, -1);
+  std::vector<Fd> fds(size);
   const auto deadline = Clock::now() + options.setup_timeout;
   for (int q = 0; q < rank && ok && reachable; ++q) {
     fds[q] = connect_to(all[q], q, rank, deadline, &reason);
-    ok = fds[q] >= 0;
+    ok = fds[q].valid();
   }
   for (int accepted = 0; accepted < size - 1 - rank && ok && reachable; ++accepted) {
-    int fd = -1;
-    const int peer = accept_one(listener, deadline, &fd);
+    Fd fd;
+    const int peer = accept_one(listener.get(), deadline, &fd);
     if (peer < 0) {
       std::string missing;
       for (int q = rank + 1; q < size; ++q) {
-        if (fds[q] < 0) missing += cat(missing.empty() ? "" : ", ", q);
+        if (!fds[q]) missing += cat(missing.empty() ? "" : ", ", q);
       }
       reason = cat("rank ", rank, " timed out waiting for rank(s) ", missing, " to connect to ",
                    endpoint_text(mine.addr, mine.port));
       ok = false;
-    } else if (peer <= rank || peer >= size || fds[peer] >= 0) {
+    } else if (peer <= rank || peer >= size || fds[peer]) {
       reason = cat("rank ", rank, ": a greeting from rank ", peer, ", not a rank above it");
-      close(fd);
       ok = false;
     } else {
-      fds[peer] = fd;
+      fds[peer] = std::move(fd);
     }
   }
-  if (listener >= 0) close(listener);
+  listener.reset();
 
   // Every rank learns whether all succeeded and, if not, the first failing rank's reason.
-  int first_failed = ok ? size : rank;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  if (first_failed < size) {
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
-    }
-    char text[kReasonBytes] = {};
-    std::snprintf(text, sizeof text, "%s", reason.c_str());
-    check_mpi(MPI_Bcast(text, kReasonBytes, MPI_CHAR, first_failed, comm), "MPI_Bcast");
-    if (why_not) *why_not = text;
+  if (ok) reason.clear();
+  for (const std::string& theirs : bootstrap.allgather(reason)) {
+    if (theirs.empty()) continue;
+    if (why_not) *why_not = theirs;
     return nullptr;
   }
   const int one = 1;
-  for (int fd : fds) {  // small messages (latency-bound algorithms) leave at once
-    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (int q = 0; q < size; ++q) {  // small messages (latency-bound algorithms) leave at once
+    if (fds[q]) setsockopt(fds[q].get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   return std::unique_ptr<TcpTransport>(
       new TcpTransport(rank, size, std::move(fds), endpoint_text(mine.addr, mine.port)));
 }
 
-TcpTransport::TcpTransport(int rank, int size, std::vector<int> fds, std::string address)
+TcpTransport::TcpTransport(int rank, int size, std::vector<Fd> fds, std::string address)
     : rank_(rank), size_(size), fds_(std::move(fds)), address_(std::move(address)) {}
 
-TcpTransport::~TcpTransport() {
-  for (int fd : fds_) {
-    if (fd >= 0) close(fd);
-  }
-}
+TcpTransport::~TcpTransport() = default;
 
 void TcpTransport::send(const void* data, size_t bytes, int peer) {
   exchange(data, bytes, peer, nullptr, 0, -1, "send");
@@ -306,8 +206,8 @@ void TcpTransport::sendrecv(const void* send_data, size_t send_bytes, int to, vo
 // once (end of stream), where they would otherwise wait for their deadlines.
 void TcpTransport::fail(const std::string& what) {
   broken_ = what;
-  for (int fd : fds_) {
-    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+  for (const Fd& fd : fds_) {
+    if (fd) shutdown(fd.get(), SHUT_RDWR);
   }
   throw std::runtime_error(what);
 }
@@ -356,7 +256,7 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       msg.msg_iov = iov;
       msg.msg_iovlen = rest_of_message(out_done, &out_header, const_cast<void*>(send_data),
                                        send_bytes, iov);
-      const ssize_t sent = sendmsg(fds_[to], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t sent = sendmsg(fds_[to].get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (sent < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (sent < 0) fail(closed_by(to, errno));
       out_done += static_cast<size_t>(sent);
@@ -364,7 +264,7 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     while (in_done < in_total) {
       iovec iov[2];
       const int n = rest_of_message(in_done, &in_header, recv_data, recv_bytes, iov);
-      const ssize_t got = readv(fds_[from], iov, n);
+      const ssize_t got = readv(fds_[from].get(), iov, n);
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (got <= 0) fail(closed_by(from, got == 0 ? 0 : errno));
       const bool had_header = in_done >= sizeof in_header;
@@ -379,11 +279,11 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
 
     pollfd p[2];
     int n = 0;
-    if (sending) p[n++] = {fds_[to], POLLOUT, 0};
-    if (receiving && sending && fds_[from] == fds_[to]) {
+    if (sending) p[n++] = {fds_[to].get(), POLLOUT, 0};
+    if (receiving && sending && from == to) {
       p[0].events |= POLLIN;
     } else if (receiving) {
-      p[n++] = {fds_[from], POLLIN, 0};
+      p[n++] = {fds_[from].get(), POLLIN, 0};
     }
     const int timeout = poll_timeout(deadline_);
     if (timeout == 0) {

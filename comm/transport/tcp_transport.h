@@ -1,5 +1,5 @@
 // A Transport over TCP sockets, for ranks on different nodes: one connection per pair of
-// ranks, set up collectively over an MPI communicator (MPI carries only the addresses). A
+// ranks, set up collectively through a Bootstrap (which carries only the addresses). A
 // rank that waits for the network sleeps in poll() until the kernel has bytes or buffer
 // space for it, where MPICH's progress engine (ch4:ucx over TCP) can only poll: on a node
 // whose cores also compute (ddp's overlap) or host several ranks, polling takes the cores
@@ -17,14 +17,14 @@
 // throws. Destroying it is local. Threading: calls from one thread at a time.
 #pragma once
 
-#include <mpi.h>
-
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/base/fd.h"
+#include "ringflow/comm/bootstrap/bootstrap.h"
 #include "ringflow/comm/transport/transport.h"
 
 namespace ringflow::comm {
@@ -42,10 +42,10 @@ class TcpTransport final : public Transport {
  public:
   using Deadline = std::chrono::steady_clock::time_point;
 
-  // Collective over comm. nullptr on every rank when any rank could not listen or connect,
+  // Collective over the bootstrap's ranks. nullptr on every rank when any rank could not listen or connect,
   // with the first failing rank's reason in *why_not (when given) on every rank, naming the
   // rank and the address. Connecting waits at most options.setup_timeout.
-  static std::unique_ptr<TcpTransport> create(MPI_Comm comm,
+  static std::unique_ptr<TcpTransport> create(Bootstrap& bootstrap,
                                               const TcpTransportOptions& options = {},
                                               std::string* why_not = nullptr);
   ~TcpTransport() override;
@@ -65,14 +65,14 @@ class TcpTransport final : public Transport {
                 size_t recv_bytes, int from) override;
 
  private:
-  TcpTransport(int rank, int size, std::vector<int> fds, std::string address);
+  TcpTransport(int rank, int size, std::vector<Fd> fds, std::string address);
   // Moves one message each way (to < 0: none sent; from < 0: none received).
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
                 size_t recv_bytes, int from, const char* call);
   [[noreturn]] void fail(const std::string& what);
 
   int rank_ = 0, size_ = 1;
-  std::vector<int> fds_;  // fds_[peer]: the connection to peer; -1 for this rank
+  std::vector<Fd> fds_;  // fds_[peer]: the connection to peer; none for this rank
   std::string address_;
   std::deque<std::vector<unsigned char>> to_self_;  // messages sent to this rank, in order
   Deadline deadline_ = Deadline::max();

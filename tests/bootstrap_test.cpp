@@ -1,0 +1,116 @@
+// TcpBootstrap (comm/bootstrap/tcp_bootstrap.h): ranks as threads of one process meeting at
+// a rendezvous on localhost, as separate processes would: every rank sees every blob in
+// rank order, and the set-up errors (a missing rank, a world size that disagrees, a rank
+// twice) name what is wrong within the timeout instead of hanging.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ringflow/comm/base/socket.h"
+#include "ringflow/comm/bootstrap/tcp_bootstrap.h"
+
+using namespace ringflow::comm;
+
+namespace {
+
+// A port nobody listens on now (the kernel's pick, released at once).
+int free_port() {
+  std::string error;
+  sockaddr_in bound{};
+  Fd fd = detail::listen_on(in_addr{htonl(INADDR_LOOPBACK)}, 0, 1, &bound, &error);
+  REQUIRE_MESSAGE(fd, error);
+  return ntohs(bound.sin_port);
+}
+
+TcpBootstrapOptions options(int port, int rank, int size, int timeout_ms = 20000) {
+  return {.master_addr = "127.0.0.1", .master_port = port, .rank = rank, .size = size,
+          .timeout = std::chrono::milliseconds(timeout_ms)};
+}
+
+// Runs body(rank) on `size` threads; the error text of each rank ("" when it returned).
+std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("TcpBootstrap: allgather and broadcast of blobs of any length, in rank order") {
+  for (int size : {1, 2, 3, 5}) {
+    CAPTURE(size);
+    const int port = free_port();
+    std::vector<std::vector<std::string>> seen(size);
+    std::vector<std::string> broadcast(size);
+    const auto errors = run_ranks(size, [&](int rank) {
+      TcpBootstrap b(options(port, rank, size));
+      CHECK(b.rank() == rank);
+      CHECK(b.size() == size);
+      seen[rank] = b.allgather(std::string(static_cast<size_t>(rank) * 1000, 'a' + rank));
+      b.barrier();
+      broadcast[rank] = b.broadcast(rank == size - 1 ? "from the last" : "", size - 1);
+    });
+    for (int r = 0; r < size; ++r) {
+      CHECK_MESSAGE(errors[r].empty(), errors[r]);
+      REQUIRE(seen[r].size() == static_cast<size_t>(size));
+      for (int q = 0; q < size; ++q) {
+        CHECK(seen[r][q] == std::string(static_cast<size_t>(q) * 1000, 'a' + q));
+      }
+      CHECK(broadcast[r] == "from the last");
+    }
+  }
+}
+
+TEST_CASE("TcpBootstrap: a rank that never comes is named by rank 0 at the timeout") {
+  const int port = free_port();
+  const auto errors = run_ranks(2, [&](int rank) {
+    TcpBootstrap b(options(port, rank == 0 ? 0 : 1, 3, 1500));  // rank 2 never starts
+  });
+  CHECK_MESSAGE(errors[0].find("waiting for rank(s) 2 to connect") != std::string::npos, errors[0]);
+  CHECK_MESSAGE(errors[0].find("127.0.0.1:" + std::to_string(port)) != std::string::npos, errors[0]);
+}
+
+TEST_CASE("TcpBootstrap: no rank 0 at the address: the others say so at the timeout") {
+  const int port = free_port();
+  const auto errors = run_ranks(1, [&](int) { TcpBootstrap b(options(port, 1, 2, 500)); });
+  CHECK_MESSAGE(errors[0].find("could not reach rank 0") != std::string::npos, errors[0]);
+}
+
+TEST_CASE("TcpBootstrap: ranks that disagree on the world size, or a rank twice, are refused") {
+  const int port = free_port();
+  auto errors = run_ranks(2, [&](int rank) { TcpBootstrap b(options(port, rank, rank == 0 ? 2 : 3, 5000)); });
+  CHECK_MESSAGE(errors[0].find("started for a world of 3 ranks, rank 0 for 2") != std::string::npos,
+                errors[0]);
+  CHECK_MESSAGE(errors[1].find("rank 0 refused this rank") != std::string::npos, errors[1]);
+
+  const int port2 = free_port();
+  errors = run_ranks(3, [&](int rank) { TcpBootstrap b(options(port2, rank == 2 ? 1 : rank, 3, 3000)); });
+  CHECK_MESSAGE(errors[0].find("rank 1 connected twice") != std::string::npos, errors[0]);
+}
+
+TEST_CASE("TcpBootstrap: bad options are named") {
+  CHECK_THROWS_WITH_AS(TcpBootstrap(options(29500, 3, 2)), doctest::Contains("rank 3 outside a world of 2"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(TcpBootstrap(options(70000, 0, 2)), doctest::Contains("port 70000"),
+                       std::invalid_argument);
+  auto o = options(free_port(), 1, 2, 500);
+  o.master_addr = "no-such-host.invalid";
+  CHECK_THROWS_WITH_AS(TcpBootstrap{o}, doctest::Contains("cannot resolve host 'no-such-host.invalid'"),
+                       std::runtime_error);
+}
