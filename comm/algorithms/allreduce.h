@@ -20,7 +20,11 @@ void recursive_doubling_allreduce(Transport& t, Buffer buf, ReduceOp op);
 // segments of at most segment_bytes so that large messages stream.
 void ring_allreduce(Transport& t, Buffer buf, ReduceOp op, size_t segment_bytes = 1 << 20);
 
-// What Algorithm::automatic resolves to for this message and world size.
+// What Algorithm::automatic resolves to for this message and world size: one of ours.
 Algorithm choose_allreduce(size_t bytes, int world_size);
+
+// The algorithm `algo` (automatic resolved by choose_allreduce; native is not ours and
+// throws std::invalid_argument).
+void run_allreduce(Transport& t, Buffer buf, Algorithm algo, ReduceOp op, int root = 0);
 
 }  // namespace ringflow::comm

@@ -39,19 +39,8 @@
 // A rank that calls MPI_Finalize and returns early is the same as one that skips the
 // collective: the others fail at the timeout, naming it in checking mode.
 //
-// Note [CUDA tensors over MPI]: our algorithms and MPI's collectives work on host memory,
-// so a CUDA tensor is staged: on the communication thread, just before the collective, the
-// tensors it reads are copied device -> host into the group's staging area, and after it
-// the tensors it writes are copied back host -> device. Both copies run on a copy stream of
-// the device's own (copy_after, kernels/cuda_copy.h), so the training thread never waits
-// for them and its kernels keep running: both wait only for an event recorded on the
-// compute stream when the collective was issued (the kernels that produced the inputs, or
-// last used the memory it writes), not for the backward kernels queued since; the Work
-// completes only once the copy back has finished. The staging area is page-locked
-// (allocate_pinned_host), one block for all the tensors of a collective, kept and grown
-// (by half again, in MiB) for the life of the group: cudaHostAlloc and cudaFreeHost are
-// slow, and cudaFreeHost waits for the whole device. A broken group never frees it (see
-// Note [timeouts]: MPI may still write into it). Only the comm thread touches it.
+// CUDA tensors: staged by the queued base (Note [CUDA tensors over host groups] in
+// cuda_staging.cpp).
 #include "ringflow/comm/group/mpi_process_group.h"
 
 #include <algorithm>
@@ -80,12 +69,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 using Kind = CollectiveKind;
-
-std::string describe(const MpiProcessGroup::Fingerprint& fp) {
-  return describe_collective(static_cast<Kind>(fp.kind), fp.seq, static_cast<DType>(fp.dtype),
-                             fp.count, static_cast<ReduceOp>(fp.op),
-                             static_cast<Algorithm>(fp.algorithm), fp.root);
-}
 
 int world_rank() {
   int initialized = 0, finalized = 0, rank = -1;
@@ -155,8 +138,6 @@ void check_count(const char* what, int64_t count) {
            INT_MAX, "); split the tensor");
 }
 
-void mark(const Tensor& t) { t.storage()->bump_version(); }
-
 // Bytes per element on the wire: MPI reduces f16/bf16 widened to f32 (see widen()).
 int64_t wire_bytes(DType dtype, bool reduced) {
   return reduced && is_16bit(dtype) ? 4 : static_cast<int64_t>(dtype_size(dtype));
@@ -215,257 +196,64 @@ bool comm_check_requested_by_env() {
   return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
 }
 
-// ---------------------------------------------------------------- the queue
+// ---------------------------------------------------------------- the group
 
-struct MpiProcessGroup::Op {
-  std::shared_ptr<Work> work;
-  bool collective = true;
-  Fingerprint fp;
-  Timeout timeout{};
-  Clock::time_point deadline{};
-  std::vector<Arg> args;  // the tensors; bodies use host(i), never the tensors themselves
-  Body body;
-  // Recorded on the issuing thread: the compute-stream work that produced the CUDA inputs.
-  StreamEvent inputs_ready;
+namespace {
 
-  // The host memory of argument i (Note [CUDA tensors over MPI]).
-  Buffer host(size_t i) const {
-    const Arg& a = args.at(i);
-    if (!a.tensor.defined()) return {nullptr, 0, DType::f32};
-    return {a.host, a.tensor.numel(), a.tensor.dtype()};
-  }
-};
-
-MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options)
-    : options_(options) {
+// The rank and size in `parent`, MPI initialised first (for the base's constructor).
+std::pair<int, int> rank_and_size(MPI_Comm parent) {
   ensure_mpi_initialized();
   RF_CHECK(parent != MPI_COMM_NULL, "MpiProcessGroup: null parent communicator");
+  int rank = 0, size = 1;
+  RF_CHECK_MPI(MPI_Comm_rank(parent, &rank));
+  RF_CHECK_MPI(MPI_Comm_size(parent, &size));
+  return {rank, size};
+}
+
+}  // namespace
+
+MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options)
+    : QueuedProcessGroup(rank_and_size(parent).first, rank_and_size(parent).second,
+                         options.checking),
+      options_(options) {
   for (MPI_Comm* c : {&comm_, &algo_comm_, &check_comm_}) {
     RF_CHECK_MPI(MPI_Comm_dup(parent, c));
     RF_CHECK_MPI(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
   }
-  RF_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-  RF_CHECK_MPI(MPI_Comm_size(comm_, &size_));
   MpiBootstrap bootstrap(algo_comm_);
   if (options_.shared_memory) shm_ = ShmTransport::create(bootstrap);
   // Collective: every rank asks, since each ShmTransport::create answers the same.
   if (!shm_ && options_.sockets) {
     tcp_ = TcpTransport::create(bootstrap, {.interface = options_.socket_interface}, &why_not_tcp_);
   }
-  if (shm_) shm_->set_waiters(waiters_.get());
-  if (tcp_) tcp_->set_waiters(waiters_.get());
-  thread_ = std::thread([this] { run_loop(); });
+  if (shm_) shm_->set_waiters(waiters());
+  if (tcp_) tcp_->set_waiters(waiters());
+  start();
 }
 
 MpiProcessGroup::~MpiProcessGroup() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  thread_.join();
+  stop();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
   // A broken group keeps its communicators (and its abandoned requests, which MPI forbids
   // freeing): messages still in flight on them must never match a later communicator's,
   // as they would if MPI gave a freed communicator's context id to a new one.
-  if (!broken_.empty()) return;
+  if (!broken_reason().empty()) return;
   for (MPI_Comm* c : {&comm_, &algo_comm_, &check_comm_}) MPI_Comm_free(c);
-  free_pinned_host(staging_);  // Note [CUDA tensors over MPI]: kept when broken
 }
 
 void MpiProcessGroup::check_device(const char*, const char*, Device) const {
-  // The CPU, or any CUDA device: staged through host memory (Note [CUDA tensors over MPI]).
-}
-
-std::string MpiProcessGroup::broken_reason() const {
-  std::lock_guard lock(mutex_);
-  return broken_;
+  // The CPU, or any CUDA device: staged through host memory (CudaStaging).
 }
 
 std::string MpiProcessGroup::transport_name() const {
   return shm_ ? "shm" : tcp_ ? "tcp" : "mpi";
 }
 
-// The sequence number is taken under the queue's lock, so that numbers follow queue order
-// even when several threads issue (the order across ranks is then the caller's problem).
-std::shared_ptr<Work> MpiProcessGroup::enqueue(std::shared_ptr<Op> op,
-                                               const std::function<std::string(int64_t)>& describe_op) {
-  // Note [CUDA tensors over MPI]: the copies wait for this event, not for the stream.
-  for (const Arg& a : op->args)
-    if (a.staged()) {
-      op->inputs_ready.record(a.tensor.device());
-      break;
-    }
-  std::shared_ptr<Work> work;
-  {
-    std::lock_guard lock(mutex_);
-    int64_t& counter = op->collective ? next_seq_ : next_p2p_;
-    op->fp.seq = counter++;
-    work = op->work = std::make_shared<Work>(describe_op(op->fp.seq), waiters_);
-    queue_.push_back(std::move(op));
-    queued_.store(queue_.size(), std::memory_order_release);
-  }
-  queue_cv_.notify_one();
-  return work;
-}
-
-std::shared_ptr<Work> MpiProcessGroup::enqueue_collective(Fingerprint fp,
-                                                          const CollectiveOptions& options,
-                                                          std::vector<Arg> args, Body body) {
-  auto op = std::make_shared<Op>();
-  op->fp = fp;
-  op->timeout = options.timeout;
-  op->args = std::move(args);
-  op->body = std::move(body);
-  return enqueue(std::move(op), [&](int64_t seq) {
-    fp.seq = seq;
-    return describe(fp);
-  });
-}
-
-void MpiProcessGroup::run_loop() {
-  for (;;) {
-    std::shared_ptr<Op> op;
-    // Spin briefly for the next collective (a bucketed allreduce issues them back to
-    // back) before sleeping: a wake-up costs tens of microseconds on shared cores.
-    const auto until = Clock::now() + std::chrono::microseconds(50);
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
-      std::this_thread::yield();
-    }
-    {
-      std::unique_lock lock(mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      op = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
-    }
-    const bool was_broken = !broken_reason().empty();
-    run(*op);
-    if (!was_broken && !broken_reason().empty()) {
-      // See Note [timeouts]: MPI may still write into this collective's tensors.
-      static std::mutex leaked_mutex;
-      static auto* leaked = new std::vector<std::shared_ptr<Op>>();
-      std::lock_guard lock(leaked_mutex);
-      leaked->push_back(std::move(op));
-    }
-  }
-}
-
-void MpiProcessGroup::run(Op& op) {
-  Work& work = *op.work;
-  std::string broken = broken_reason();
-  if (!broken.empty()) {
-    work.finish(std::make_exception_ptr(CommError(
-        cat(work.description(), " on rank ", rank_, ": not started, the process group is "
-            "unusable since ", broken))));
-    return;
-  }
-  op.deadline = Clock::now() + op.timeout;
-  work.mark_started();
-  try {
-    // A mismatch found here leaves the group usable: every rank sees it, none has started.
-    if (options_.checking && op.collective && size_ > 1) exchange_fingerprints(op);
-  } catch (...) {
-    work.finish(std::current_exception());
-    return;
-  }
-  try {
-    work.set_status("running");
-    stage_in(op);
-    op.body(op);
-    stage_out(op);
-    work.finish();
-  } catch (const std::exception& e) {
-    // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
-    {
-      std::lock_guard lock(mutex_);
-      if (broken_.empty()) broken_ = cat(work.description(), " failed on rank ", rank_, ": ", e.what());
-    }
-    work.finish(std::current_exception());
-  }
-}
-
-// ---------------------------------------------------------------- CUDA tensors
-
-namespace {
-
-size_t nbytes(const Tensor& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); }
-
-// Each staged tensor's block starts on a 64-byte boundary.
-size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
-// t's elements at `host`, laid out as t (contiguous).
-View host_view(const Tensor& t, void* host) {
-  View v = t.kernel_view();
-  v.data = host;
-  v.storage_id = nullptr;
-  v.version = 0;
-  return v;
-}
-
-}  // namespace
-
-// Note [CUDA tensors over MPI]: points every argument at host memory, copying the CUDA
-// tensors that the collective reads into the staging area.
-void MpiProcessGroup::stage_in(Op& op) {
-  size_t need = 0;
-  for (const Arg& a : op.args) {
-    if (a.staged()) need += padded(nbytes(a.tensor));
-  }
-  // The comm thread's own device, set once and never restored: a CUDA call on a thread with
-  // none made current would open a context on GPU 0 (on every rank).
-  for (const Arg& a : op.args)
-    if (a.staged()) {
-      if (comm_thread_device_ != a.tensor.device().index) {
-        set_cuda_device(a.tensor.device().index);
-        comm_thread_device_ = a.tensor.device().index;
-      }
-      break;
-    }
-  if (need > staging_bytes_) {
-    constexpr size_t kMiB = size_t{1} << 20;
-    const size_t grown = std::max(need, staging_bytes_ + staging_bytes_ / 2);
-    const size_t bytes = (grown + kMiB - 1) / kMiB * kMiB;
-    op.work->set_status(cat("allocating ", bytes, " bytes of pinned host memory for staging"));
-    free_pinned_host(staging_);
-    staging_ = nullptr;
-    staging_bytes_ = 0;
-    staging_ = allocate_pinned_host(bytes);
-    staging_bytes_ = bytes;
-  }
-  size_t at = 0;
-  for (Arg& a : op.args) {
-    if (!a.tensor.defined()) continue;
-    if (!a.staged()) {
-      a.host = a.tensor.device().is_cpu() ? a.tensor.raw_data() : nullptr;
-      continue;
-    }
-    a.host = static_cast<char*>(staging_) + at;
-    at += padded(nbytes(a.tensor));
-    if (!a.in) continue;
-    op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes ", a.tensor.device().str(),
-                            " -> host"));
-    copy_after(host_view(a.tensor, a.host), Device::cpu(), a.tensor.kernel_view(),
-               a.tensor.device(), op.inputs_ready);
-  }
-}
-
-// Copies the staged tensors that the collective wrote back to their devices, and bumps the
-// version of every tensor it wrote.
-void MpiProcessGroup::stage_out(Op& op) {
-  for (const Arg& a : op.args) {
-    if (!a.tensor.defined() || !a.out) continue;
-    if (a.staged()) {
-      op.work->set_status(cat("copying ", nbytes(a.tensor), " bytes host -> ",
-                              a.tensor.device().str()));
-      copy_after(a.tensor.kernel_view(), a.tensor.device(), host_view(a.tensor, a.host),
-                 Device::cpu(), op.inputs_ready);
-    }
-    mark(a.tensor);
-  }
+void MpiProcessGroup::abandon(const std::vector<MPI_Request>& requests,
+                              const std::vector<int>& which) {
+  for (int i : which) abandoned_.push_back(requests[i]);
 }
 
 // ---------------------------------------------------------------- waiting
@@ -478,7 +266,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
   std::vector<MPI_Status> statuses(requests.size());
   int remaining = static_cast<int>(std::count_if(requests.begin(), requests.end(),
                                                  [](MPI_Request r) { return r != MPI_REQUEST_NULL; }));
-  Backoff backoff(200, waiters_.get());  // small collectives complete within microseconds
+  Backoff backoff(200, waiters());  // small collectives complete within microseconds
   for (long iter = 0; remaining > 0; ++iter) {
     int done = 0;
     const int code = MPI_Testsome(n, requests.data(), &done, indices.data(), statuses.data());
@@ -489,7 +277,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
           if (statuses[i].MPI_ERROR != MPI_SUCCESS) first = statuses[i].MPI_ERROR;
         }
       }
-      throw CommError(cat(op.work->description(), " failed on rank ", rank_, " in ", call, ": ",
+      throw CommError(cat(op.work->description(), " failed on rank ", rank(), " in ", call, ": ",
                           detail::mpi_error_text(first)));
     }
     if (done != MPI_UNDEFINED) {
@@ -526,27 +314,24 @@ void MpiProcessGroup::wait_or_timeout(Op& op, std::vector<MPI_Request>& requests
   if (pending.empty()) return;
   const std::string reason = cat(
       op.work->description(), " did not complete within ", op.timeout.count(), " ms on rank ",
-      rank_, " (", call, " pending); the ranks that did not arrive are ",
+      rank(), " (", call, " pending); the ranks that did not arrive are ",
       options_.checking ? "none: every rank arrived (fingerprints received), so one stopped "
                           "or died inside the collective"
                         : "unknown without checking mode (RINGFLOW_COMM_CHECK=1)");
-  {
-    std::lock_guard lock(mutex_);
-    broken_ = reason;
-    for (int i : pending) abandoned_.push_back(requests[i]);
-  }
+  mark_broken(reason);
+  abandon(requests, pending);
   throw CommError(reason);
 }
 
 // Every rank sends its fingerprint to every other rank and receives theirs, point to
 // point on check_comm_, so that the ones that did not arrive can be named.
-void MpiProcessGroup::exchange_fingerprints(Op& op) {
-  op.work->set_status("exchanging fingerprints");
-  std::vector<Fingerprint> theirs(static_cast<size_t>(size_));
+std::vector<MpiProcessGroup::Fingerprint> MpiProcessGroup::exchange_fingerprints(Op& op) {
+  std::vector<Fingerprint> theirs(static_cast<size_t>(size()));
+  theirs[rank()] = op.fp;
   std::vector<MPI_Request> recvs, sends;
   std::vector<int> peers;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
     peers.push_back(peer);
     recvs.emplace_back();
     RF_CHECK_MPI(MPI_Irecv(&theirs[peer], sizeof(Fingerprint), MPI_BYTE, peer, 0, check_comm_,
@@ -561,52 +346,31 @@ void MpiProcessGroup::exchange_fingerprints(Op& op) {
     for (int i : missing) ranks += cat(ranks.empty() ? "" : ", ", peers[i]);
     const std::string reason =
         cat(op.work->description(), " timed out after ", op.timeout.count(), " ms on rank ",
-            rank_, ": rank", missing.size() > 1 ? "s " : " ", ranks,
+            rank(), ": rank", missing.size() > 1 ? "s " : " ", ranks,
             " did not arrive (no fingerprint received)");
-    std::lock_guard lock(mutex_);
-    broken_ = reason;
-    for (int i : missing) {
-      MPI_Cancel(&recvs[i]);
-      abandoned_.push_back(recvs[i]);
-    }
-    for (MPI_Request& r : sends) abandoned_.push_back(r);
+    mark_broken(reason);
+    for (int i : missing) MPI_Cancel(&recvs[i]);
+    abandon(recvs, missing);
+    std::vector<int> all_sends(sends.size());
+    for (size_t i = 0; i < sends.size(); ++i) all_sends[i] = static_cast<int>(i);
+    abandon(sends, all_sends);
     throw CommError(reason);
   }
   // Sends of a few bytes complete at once (eager); wait for them under the same deadline.
   wait_or_timeout(op, sends, "the fingerprint exchange (sends)");
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_ || theirs[peer] == op.fp) continue;
-    throw CommError(cat("collective mismatch detected on rank ", rank_, ": rank ", rank_,
-                        " issued ", describe(op.fp), " but rank ", peer, " issued ",
-                        describe(theirs[peer]),
-                        "; every rank must issue the same collectives in the same order"));
-  }
+  return theirs;
 }
 
 // ---------------------------------------------------------------- the collectives
 
-namespace {
-
-MpiProcessGroup::Fingerprint make_fp(Kind kind, DType dtype, int64_t count,
-                                     const CollectiveOptions& o) {
-  MpiProcessGroup::Fingerprint fp;
-  fp.kind = static_cast<int32_t>(kind);
-  fp.dtype = static_cast<int32_t>(dtype);
-  fp.count = count;
-  fp.root = rooted(kind) ? o.root : 0;
-  fp.op = reduces(kind) ? static_cast<int32_t>(o.op) : 0;
-  return fp;
-}
-
-}  // namespace
 // Each body works on op.host(i), the host memory of argument i: the tensor itself on the
-// CPU, its staged copy for a CUDA tensor (Note [CUDA tensors over MPI]). The Arg flags say
-// which arguments the collective reads (in) and writes (out) on this rank; run() stages
-// them and bumps the version of every tensor written.
+// CPU, its staged copy for a CUDA tensor (CudaStaging). The CollectiveArg flags say
+// which arguments the collective reads (in) and writes (out) on this rank; the queued base
+// stages them and bumps the version of every tensor written.
 
 std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const CollectiveOptions& o) {
   check_count("broadcast", t.numel());
-  const bool root = rank_ == o.root;
+  const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
                             {{t, /*in=*/root, /*out=*/!root}}, [this, root = o.root](Op& op) {
     const Buffer b = op.host(0);
@@ -614,20 +378,20 @@ std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const Colle
     RF_CHECK_MPI(MPI_Ibcast(b.data, static_cast<int>(b.count), transfer_type(b.dtype), root,
                             comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Ibcast");
-    op.work->set_traffic(broadcast_traffic(b.count * wire_bytes(b.dtype, false), size_, rank_,
+    op.work->set_traffic(broadcast_traffic(b.count * wire_bytes(b.dtype, false), size(), rank(),
                                            root));
   });
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const CollectiveOptions& o) {
   check_count("reduce", t.numel());
-  const bool root = rank_ == o.root;
+  const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::reduce, t.dtype(), t.numel(), o), o,
                             {{t, /*in=*/true, /*out=*/root}}, [this, o, root](Op& op) {
     const Buffer b = op.host(0);
     const int count = static_cast<int>(b.count);
     // A binomial reduce: the broadcast's tree, traversed upwards.
-    const Traffic down = broadcast_traffic(b.count * wire_bytes(b.dtype, true), size_, rank_,
+    const Traffic down = broadcast_traffic(b.count * wire_bytes(b.dtype, true), size(), rank(),
                                            o.root);
     op.work->set_traffic({down.received, down.sent, false});
     std::vector<MPI_Request> req(1);
@@ -637,13 +401,13 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
                                mpi_op(o.op), o.root, comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce");
       if (!root) return;
-      if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size_);
+      if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size());
       narrow_into(b, wide);
     } else {
       RF_CHECK_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : b.data, b.data, count,
                                transfer_type(b.dtype), mpi_op(o.op), o.root, comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce");
-      if (root && o.op == ReduceOp::avg) finish_average(b, size_);
+      if (root && o.op == ReduceOp::avg) finish_average(b, size());
     }
   });
 }
@@ -653,7 +417,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
   Fingerprint fp = make_fp(Kind::allreduce, t.dtype(), t.numel(), o);
   Algorithm algo = o.algorithm;
   if (algo == Algorithm::automatic) {
-    algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size_);
+    algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size());
   }
   fp.algorithm = static_cast<int32_t>(algo);
   return enqueue_collective(fp, o, {{t, /*in=*/true, /*out=*/true}}, [this, o, algo](Op& op) {
@@ -662,48 +426,45 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
     if (algo == Algorithm::native) {
       op.work->set_traffic(allreduce_traffic(algo, b.count,
                                              static_cast<size_t>(wire_bytes(b.dtype, true)),
-                                             size_, rank_));
+                                             size(), rank()));
       std::vector<MPI_Request> req(1);
       if (is_16bit(b.dtype)) {
         std::vector<float> wide = widen(b);
         RF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, mpi_op(o.op),
                                     comm_, &req[0]));
         wait_or_timeout(op, req, "MPI_Iallreduce");
-        if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size_);
+        if (o.op == ReduceOp::avg) finish_average({wide.data(), count, DType::f32}, size());
         narrow_into(b, wide);
       } else {
         RF_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, b.data, count, transfer_type(b.dtype),
                                     mpi_op(o.op), comm_, &req[0]));
         wait_or_timeout(op, req, "MPI_Iallreduce");
-        if (o.op == ReduceOp::avg) finish_average(b, size_);
+        if (o.op == ReduceOp::avg) finish_average(b, size());
       }
       return;
     }
-    op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
-    MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
-    mpi_transport.set_waiters(waiters_.get());
-    if (shm_) shm_->set_deadline(op.deadline);
-    if (tcp_) tcp_->set_deadline(op.deadline);
-    CountingTransport transport(shm_   ? static_cast<Transport&>(*shm_)
-                                : tcp_ ? static_cast<Transport&>(*tcp_)
-                                       : mpi_transport);
-    try {
-      switch (algo) {
-        case Algorithm::naive: naive_allreduce(transport, b, o.op, o.root); break;
-        case Algorithm::tree: tree_allreduce(transport, b, o.op); break;
-        case Algorithm::recursive_doubling: recursive_doubling_allreduce(transport, b, o.op); break;
-        case Algorithm::ring: ring_allreduce(transport, b, o.op); break;
-        default: RF_CHECK(false, "allreduce: unhandled algorithm ", algorithm_name(algo));
-      }
-    } catch (const std::exception& e) {
-      const std::string reason = cat(op.work->description(), " failed on rank ", rank_,
-                                     " (timeout ", op.timeout.count(), " ms): ", e.what());
-      std::lock_guard lock(mutex_);
-      broken_ = reason;
-      throw CommError(reason);
-    }
-    op.work->set_traffic(transport.traffic());
+    run_own_allreduce(op, b, algo, o);
   });
+}
+
+void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const CollectiveOptions& o) {
+  op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
+  MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
+  mpi_transport.set_waiters(waiters());
+  if (shm_) shm_->set_deadline(op.deadline);
+  if (tcp_) tcp_->set_deadline(op.deadline);
+  CountingTransport transport(shm_   ? static_cast<Transport&>(*shm_)
+                              : tcp_ ? static_cast<Transport&>(*tcp_)
+                                     : mpi_transport);
+  try {
+    run_allreduce(transport, b, algo, o.op, o.root);
+  } catch (const std::exception& e) {
+    const std::string reason = cat(op.work->description(), " failed on rank ", rank(),
+                                   " (timeout ", op.timeout.count(), " ms): ", e.what());
+    mark_broken(reason);
+    throw CommError(reason);
+  }
+  op.work->set_traffic(transport.traffic());
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_allgather(const Tensor& out, const Tensor& in,
@@ -718,7 +479,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_allgather(const Tensor& out, const Ten
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iallgather(i.data, m, type, o.data, m, type, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iallgather");
-    op.work->set_traffic(ring_block_traffic(m, wire_bytes(i.dtype, false), size_));
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(i.dtype, false), size()));
   });
 }
 
@@ -730,7 +491,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
                             [this, o](Op& op) {
     const Buffer ob = op.host(0), ib = op.host(1);
     const int m = static_cast<int>(ob.count);
-    op.work->set_traffic(ring_block_traffic(m, wire_bytes(ib.dtype, true), size_));
+    op.work->set_traffic(ring_block_traffic(m, wire_bytes(ib.dtype, true), size()));
     std::vector<MPI_Request> req(1);
     if (is_16bit(ib.dtype)) {
       std::vector<float> wide_in = widen(ib);
@@ -738,13 +499,13 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
       RF_CHECK_MPI(MPI_Ireduce_scatter_block(wide_in.data(), wide_out.data(), m, MPI_FLOAT,
                                              mpi_op(o.op), comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce_scatter_block");
-      if (o.op == ReduceOp::avg) finish_average({wide_out.data(), m, DType::f32}, size_);
+      if (o.op == ReduceOp::avg) finish_average({wide_out.data(), m, DType::f32}, size());
       narrow_into(ob, wide_out);
     } else {
       RF_CHECK_MPI(MPI_Ireduce_scatter_block(ib.data, ob.data, m, transfer_type(ib.dtype),
                                              mpi_op(o.op), comm_, &req[0]));
       wait_or_timeout(op, req, "MPI_Ireduce_scatter_block");
-      if (o.op == ReduceOp::avg) finish_average(ob, size_);
+      if (o.op == ReduceOp::avg) finish_average(ob, size());
     }
   });
 }
@@ -752,19 +513,19 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce_scatter(const Tensor& out, cons
 std::shared_ptr<Work> MpiProcessGroup::do_gather(const Tensor& out, const Tensor& in,
                                                  const CollectiveOptions& o) {
   check_count("gather", in.numel());
-  const bool root = rank_ == o.root;
+  const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::gather, in.dtype(), in.numel(), o), o,
                             {{out, /*in=*/false, /*out=*/root}, {in, /*in=*/true, /*out=*/false}},
                             [this, root = o.root](Op& op) {
     const Buffer ob = op.host(0), ib = op.host(1);
     const MPI_Datatype type = transfer_type(ib.dtype);
     const int m = static_cast<int>(ib.count);
-    void* recv = rank_ == root ? ob.data : nullptr;
+    void* recv = rank() == root ? ob.data : nullptr;
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Igather(ib.data, m, type, recv, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Igather");
     const int64_t block = int64_t{m} * wire_bytes(ib.dtype, false);
-    op.work->set_traffic(rank_ == root ? Traffic{0, (size_ - 1) * block, false}
+    op.work->set_traffic(rank() == root ? Traffic{0, (size() - 1) * block, false}
                                        : Traffic{block, 0, false});
   });
 }
@@ -772,19 +533,19 @@ std::shared_ptr<Work> MpiProcessGroup::do_gather(const Tensor& out, const Tensor
 std::shared_ptr<Work> MpiProcessGroup::do_scatter(const Tensor& out, const Tensor& in,
                                                   const CollectiveOptions& o) {
   check_count("scatter", out.numel());
-  const bool root = rank_ == o.root;
+  const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::scatter, out.dtype(), out.numel(), o), o,
                             {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/root, /*out=*/false}},
                             [this, root = o.root](Op& op) {
     const Buffer ob = op.host(0), ib = op.host(1);
     const MPI_Datatype type = transfer_type(ob.dtype);
     const int m = static_cast<int>(ob.count);
-    const void* send = rank_ == root ? ib.data : nullptr;
+    const void* send = rank() == root ? ib.data : nullptr;
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Iscatter(send, m, type, ob.data, m, type, root, comm_, &req[0]));
     wait_or_timeout(op, req, "MPI_Iscatter");
     const int64_t block = int64_t{m} * wire_bytes(ob.dtype, false);
-    op.work->set_traffic(rank_ == root ? Traffic{(size_ - 1) * block, 0, false}
+    op.work->set_traffic(rank() == root ? Traffic{(size() - 1) * block, 0, false}
                                        : Traffic{0, block, false});
   });
 }
@@ -803,7 +564,6 @@ std::shared_ptr<Work> MpiProcessGroup::do_send(const Tensor& t, int peer, int ta
                                                const CollectiveOptions& o) {
   check_count("send", t.numel());
   auto op = std::make_shared<Op>();
-  op->collective = false;
   op->timeout = o.timeout;
   op->args = {{t, /*in=*/true, /*out=*/false}};
   const auto describe_op = [&](int64_t seq) {
@@ -818,14 +578,13 @@ std::shared_ptr<Work> MpiProcessGroup::do_send(const Tensor& t, int peer, int ta
     wait_or_timeout(op, req, cat("MPI_Isend to rank ", peer).c_str());
     op.work->set_traffic({b.count * wire_bytes(b.dtype, false), 0, /*measured=*/true});
   };
-  return enqueue(std::move(op), describe_op);
+  return enqueue_p2p(std::move(op), describe_op);
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int tag,
                                                const CollectiveOptions& o) {
   check_count("recv", t.numel());
   auto op = std::make_shared<Op>();
-  op->collective = false;
   op->timeout = o.timeout;
   op->args = {{t, /*in=*/false, /*out=*/true}};
   const auto describe_op = [&](int64_t seq) {
@@ -845,18 +604,18 @@ std::shared_ptr<Work> MpiProcessGroup::do_recv(const Tensor& t, int peer, int ta
       MPI_Cancel(&req[0]);
       MPI_Wait(&req[0], MPI_STATUS_IGNORE);
       throw CommError(cat(op.work->description(), " did not complete within ",
-                          op.timeout.count(), " ms on rank ", rank_, ": rank ", peer,
+                          op.timeout.count(), " ms on rank ", rank(), ": rank ", peer,
                           " sent nothing"));
     }
     int got = 0;
     MPI_Get_count(&status, transfer_type(b.dtype), &got);
     if (got != count) {
-      throw CommError(cat(op.work->description(), " on rank ", rank_, ": rank ", peer,
+      throw CommError(cat(op.work->description(), " on rank ", rank(), ": rank ", peer,
                           " sent ", got, " elements; the sender and receiver must agree"));
     }
     op.work->set_traffic({0, b.count * wire_bytes(b.dtype, false), /*measured=*/true});
   };
-  return enqueue(std::move(op), describe_op);
+  return enqueue_p2p(std::move(op), describe_op);
 }
 
 }  // namespace ringflow::comm

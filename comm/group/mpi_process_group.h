@@ -2,7 +2,7 @@
 //
 // Threading: every collective runs on one communication thread per group, in issue order,
 // so the caller keeps computing (the DDP reducer overlaps backward with communication
-// through this). The group owns three duplicates of the parent communicator: one for
+// through this): see QueuedProcessGroup. The group owns three duplicates of the parent communicator: one for
 // MPI's own collectives and send/recv, one for our allreduce algorithms, one for
 // checking-mode fingerprints, so their messages never match each other's. Our algorithms
 // talk through shared memory when every rank is on this node (ShmTransport), else through
@@ -36,17 +36,11 @@
 
 #include <mpi.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "ringflow/comm/group/process_group.h"
+#include "ringflow/comm/group/queued_process_group.h"
 
 namespace ringflow::comm {
 
@@ -80,7 +74,7 @@ bool comm_check_requested_by_env();
 // if it provides less than MPI_THREAD_MULTIPLE). Finalises at exit only if it initialised.
 void ensure_mpi_initialized();
 
-class MpiProcessGroup final : public ProcessGroup {
+class MpiProcessGroup final : public QueuedProcessGroup {
  public:
   // Collective over `parent` (MPI_Comm_dup).
   explicit MpiProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, MpiProcessGroupOptions options = {});
@@ -88,39 +82,12 @@ class MpiProcessGroup final : public ProcessGroup {
   // communicators.
   ~MpiProcessGroup() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
-  bool checking() const { return options_.checking; }
-  // Empty while usable; the reason once a collective timed out (see the contract).
-  std::string broken_reason() const;
   // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
   std::string transport_name() const;
   // Why the TCP connections were not made, when options.sockets asked for them and shared
   // memory was not used; empty otherwise.
   const std::string& why_not_tcp() const { return why_not_tcp_; }
-
-  // A tensor argument of a collective and the host memory that MPI reads and writes for it:
-  // the tensor's own for a CPU tensor, a block of the staging area for a CUDA tensor.
-  struct Arg {
-    Tensor tensor;         // undefined: none on this rank (gather's output off the root)
-    bool in = false;       // read by the collective on this rank
-    bool out = false;      // written by it on this rank
-    void* host = nullptr;  // set by stage_in
-    bool staged() const { return tensor.defined() && tensor.device().is_cuda() && (in || out); }
-  };
-
-  struct Fingerprint {
-    int32_t kind = 0;       // Kind
-    int32_t op = 0;         // ReduceOp
-    int32_t dtype = 0;      // DType
-    int32_t algorithm = 0;  // Algorithm (allreduce only)
-    int32_t root = 0;
-    int32_t pad = 0;
-    int64_t count = 0;      // elements per rank (the block of allgather, scatter, ...)
-    int64_t seq = 0;        // sequence number of the collective in this group
-    bool operator==(const Fingerprint&) const = default;
-  };
 
  protected:
   void check_device(const char* what, const char* role, Device device) const override;
@@ -140,20 +107,9 @@ class MpiProcessGroup final : public ProcessGroup {
                                 const CollectiveOptions&) override;
   std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
                                 const CollectiveOptions&) override;
+  std::vector<Fingerprint> exchange_fingerprints(Op& op) override;
 
  private:
-  struct Op;
-  using Body = std::function<void(Op&)>;
-  std::shared_ptr<Work> enqueue_collective(Fingerprint fp, const CollectiveOptions& options,
-                                           std::vector<Arg> args, Body body);
-  std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
-                                const std::function<std::string(int64_t seq)>& describe_op);
-  void run_loop();
-  void run(Op& op);
-  void stage_in(Op& op);   // CUDA tensors the collective reads -> the staging area
-  int comm_thread_device_ = -1;  // the CUDA device current on the comm thread (stage_in)
-  void stage_out(Op& op);  // the staging area -> CUDA tensors it wrote
-  void exchange_fingerprints(Op& op);
   // Polls the requests (MPI_Testsome) until all complete or the op's deadline passes;
   // returns the indices still incomplete (empty: all done). statuses (optional, one per
   // request) receives each completed request's status. peers (optional, one per request):
@@ -161,29 +117,19 @@ class MpiProcessGroup final : public ProcessGroup {
   std::vector<int> poll(Op& op, std::vector<MPI_Request>& requests, const char* call,
                         MPI_Status* statuses = nullptr, const std::vector<int>* peers = nullptr);
   void wait_or_timeout(Op& op, std::vector<MPI_Request>& requests, const char* call);
+  // Our allreduce algorithms on the host buffer b, through shm, TCP or MPI point to point.
+  void run_own_allreduce(Op& op, Buffer b, Algorithm algo, const CollectiveOptions& o);
+  // A broken group's requests, which MPI forbids freeing.
+  void abandon(const std::vector<MPI_Request>& requests, const std::vector<int>& which);
 
   MpiProcessGroupOptions options_;
-  int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;        // MPI's collectives, send/recv
   MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
   std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
   std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
   std::string why_not_tcp_;
-  mutable std::mutex mutex_;
-  int64_t next_seq_ = 0;                 // collectives issued, under mutex_
-  int64_t next_p2p_ = 0;                 // sends and recvs issued, under mutex_
-  std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<Op>> queue_;
-  std::atomic<size_t> queued_{0};          // queue_.size(), for the comm thread's spin
-  bool stopping_ = false;
-  std::string broken_;                      // comm thread writes, under mutex_
-  std::vector<MPI_Request> abandoned_;      // requests of timed-out collectives
-  void* staging_ = nullptr;                 // pinned host memory; comm thread only
-  size_t staging_bytes_ = 0;
-  // Threads blocked in this group's Works: the comm thread polls hard only while some are.
-  const std::shared_ptr<Waiters> waiters_ = std::make_shared<Waiters>();
-  std::thread thread_;
+  std::vector<MPI_Request> abandoned_;   // requests of timed-out collectives; comm thread only
 };
 
 }  // namespace ringflow::comm

@@ -1,0 +1,177 @@
+#include "ringflow/comm/group/queued_process_group.h"
+
+#include <utility>
+
+#include "ringflow/framework/error.h"
+
+namespace ringflow::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+QueuedProcessGroup::QueuedProcessGroup(int rank, int size, bool checking)
+    : rank_(rank), size_(size), checking_(checking) {}
+
+QueuedProcessGroup::~QueuedProcessGroup() { stop(); }
+
+void QueuedProcessGroup::start() { thread_ = std::thread([this] { run_loop(); }); }
+
+void QueuedProcessGroup::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  thread_.join();
+  if (!broken_reason().empty()) staging_.leak();  // the backend may still write into it
+}
+
+std::string QueuedProcessGroup::broken_reason() const {
+  std::lock_guard lock(mutex_);
+  return broken_;
+}
+
+void QueuedProcessGroup::mark_broken(const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  if (broken_.empty()) broken_ = reason;
+}
+
+std::string QueuedProcessGroup::describe(const Fingerprint& fp) {
+  return describe_collective(static_cast<CollectiveKind>(fp.kind), fp.seq,
+                             static_cast<DType>(fp.dtype), fp.count, static_cast<ReduceOp>(fp.op),
+                             static_cast<Algorithm>(fp.algorithm), fp.root);
+}
+
+QueuedProcessGroup::Fingerprint QueuedProcessGroup::make_fp(CollectiveKind kind, DType dtype,
+                                                            int64_t count,
+                                                            const CollectiveOptions& o) {
+  Fingerprint fp;
+  fp.kind = static_cast<int32_t>(kind);
+  fp.dtype = static_cast<int32_t>(dtype);
+  fp.count = count;
+  fp.root = rooted(kind) ? o.root : 0;
+  fp.op = reduces(kind) ? static_cast<int32_t>(o.op) : 0;
+  return fp;
+}
+
+// The sequence number is taken under the queue's lock, so that numbers follow queue order
+// even when several threads issue (the order across ranks is then the caller's problem).
+std::shared_ptr<Work> QueuedProcessGroup::enqueue(
+    std::shared_ptr<Op> op, const std::function<std::string(int64_t)>& describe_op) {
+  // Note [CUDA tensors over host groups]: the copies wait for this event, not the stream.
+  for (const CollectiveArg& a : op->args) {
+    if (!a.staged()) continue;
+    op->inputs_ready.record(a.tensor.device());
+    break;
+  }
+  std::shared_ptr<Work> work;
+  {
+    std::lock_guard lock(mutex_);
+    int64_t& counter = op->collective ? next_seq_ : next_p2p_;
+    op->fp.seq = counter++;
+    work = op->work = std::make_shared<Work>(describe_op(op->fp.seq), waiters_);
+    queue_.push_back(std::move(op));
+    queued_.store(queue_.size(), std::memory_order_release);
+  }
+  queue_cv_.notify_one();
+  return work;
+}
+
+std::shared_ptr<Work> QueuedProcessGroup::enqueue_collective(Fingerprint fp,
+                                                             const CollectiveOptions& options,
+                                                             std::vector<CollectiveArg> args,
+                                                             std::function<void(Op&)> body) {
+  auto op = std::make_shared<Op>();
+  op->fp = fp;
+  op->timeout = options.timeout;
+  op->args = std::move(args);
+  op->body = std::move(body);
+  return enqueue(std::move(op), [&](int64_t seq) {
+    fp.seq = seq;
+    return describe(fp);
+  });
+}
+
+std::shared_ptr<Work> QueuedProcessGroup::enqueue_p2p(
+    std::shared_ptr<Op> op, const std::function<std::string(int64_t)>& describe_op) {
+  op->collective = false;
+  return enqueue(std::move(op), describe_op);
+}
+
+void QueuedProcessGroup::run_loop() {
+  for (;;) {
+    std::shared_ptr<Op> op;
+    // Spin briefly for the next collective (a bucketed allreduce issues them back to
+    // back) before sleeping: a wake-up costs tens of microseconds on shared cores.
+    const auto until = Clock::now() + std::chrono::microseconds(50);
+    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
+      std::this_thread::yield();
+    }
+    {
+      std::unique_lock lock(mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+    const bool was_broken = !broken_reason().empty();
+    run(*op);
+    if (!was_broken && !broken_reason().empty()) {
+      // The backend may still write into this collective's tensors (MPI cannot cancel a
+      // collective): keep them alive for the rest of the process, deliberately leaked.
+      static std::mutex leaked_mutex;
+      static auto* leaked = new std::vector<std::shared_ptr<Op>>();
+      std::lock_guard lock(leaked_mutex);
+      leaked->push_back(std::move(op));
+    }
+  }
+}
+
+void QueuedProcessGroup::run(Op& op) {
+  Work& work = *op.work;
+  const std::string broken = broken_reason();
+  if (!broken.empty()) {
+    work.finish(std::make_exception_ptr(CommError(
+        cat(work.description(), " on rank ", rank_, ": not started, the process group is "
+            "unusable since ", broken))));
+    return;
+  }
+  op.deadline = Clock::now() + op.timeout;
+  work.mark_started();
+  try {
+    // A mismatch found here leaves the group usable: every rank sees it, none has started.
+    if (checking_ && op.collective && size_ > 1) check_fingerprints(op);
+  } catch (...) {
+    work.finish(std::current_exception());
+    return;
+  }
+  try {
+    work.set_status("running");
+    staging_.stage_in(op.args, work, op.inputs_ready);
+    op.body(op);
+    staging_.stage_out(op.args, work, op.inputs_ready);
+    work.finish();
+  } catch (const std::exception& e) {
+    // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
+    mark_broken(cat(work.description(), " failed on rank ", rank_, ": ", e.what()));
+    work.finish(std::current_exception());
+  }
+}
+
+void QueuedProcessGroup::check_fingerprints(Op& op) {
+  op.work->set_status("exchanging fingerprints");
+  const std::vector<Fingerprint> theirs = exchange_fingerprints(op);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_ || theirs[peer] == op.fp) continue;
+    throw CommError(cat("collective mismatch detected on rank ", rank_, ": rank ", rank_,
+                        " issued ", describe(op.fp), " but rank ", peer, " issued ",
+                        describe(theirs[peer]),
+                        "; every rank must issue the same collectives in the same order"));
+  }
+}
+
+}  // namespace ringflow::comm

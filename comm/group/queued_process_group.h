@@ -1,0 +1,112 @@
+// QueuedProcessGroup: what a process group that computes on the host shares whatever moves
+// its bytes (MPI, our transports): the queue and the one communication thread that runs
+// collectives in issue order while the caller computes, the sequence numbers, checking
+// mode's fingerprints, CUDA tensors staged through host memory (CudaStaging), and the broken
+// state after a collective failed part-way. A backend says how each collective runs (a body
+// queued with its arguments) and how fingerprints travel.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/group/collective_kind.h"
+#include "ringflow/comm/group/cuda_staging.h"
+#include "ringflow/comm/group/process_group.h"
+
+namespace ringflow::comm {
+
+class QueuedProcessGroup : public ProcessGroup {
+ public:
+  ~QueuedProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool checking() const { return checking_; }
+  // Empty while usable; the reason once a collective timed out or failed part-way.
+  std::string broken_reason() const;
+
+  // What checking mode compares across ranks before each collective.
+  struct Fingerprint {
+    int32_t kind = 0;       // CollectiveKind
+    int32_t op = 0;         // ReduceOp
+    int32_t dtype = 0;      // DType
+    int32_t algorithm = 0;  // Algorithm (allreduce only)
+    int32_t root = 0;
+    int32_t pad = 0;
+    int64_t count = 0;      // elements per rank (the block of allgather, scatter, ...)
+    int64_t seq = 0;        // sequence number of the collective in this group
+    bool operator==(const Fingerprint&) const = default;
+  };
+
+ protected:
+  // A queued collective or point-to-point operation.
+  struct Op {
+    std::shared_ptr<Work> work;
+    bool collective = true;
+    Fingerprint fp;
+    Timeout timeout{};
+    std::chrono::steady_clock::time_point deadline{};  // set when it starts
+    std::vector<CollectiveArg> args;  // bodies use host(i), never the tensors themselves
+    std::function<void(Op&)> body;
+    StreamEvent inputs_ready;  // recorded at issue: the kernels that produced CUDA inputs
+
+    Buffer host(size_t i) const { return args.at(i).buffer(); }
+  };
+
+  QueuedProcessGroup(int rank, int size, bool checking);
+  // The derived constructor calls start() last, and its destructor stop() first: the
+  // thread runs the derived class's bodies.
+  void start();
+  void stop();
+
+  // Queues a collective (a sequence number of the collectives' count) and returns its Work.
+  std::shared_ptr<Work> enqueue_collective(Fingerprint fp, const CollectiveOptions& options,
+                                           std::vector<CollectiveArg> args,
+                                           std::function<void(Op&)> body);
+  // Queues a point-to-point op (numbered apart from the collectives), described by describe.
+  std::shared_ptr<Work> enqueue_p2p(std::shared_ptr<Op> op,
+                                    const std::function<std::string(int64_t seq)>& describe);
+
+  // Every rank's fingerprint for op, in rank order, by the backend's own messages; throws
+  // CommError naming the ranks that did not arrive by op.deadline (and mark_broken()).
+  virtual std::vector<Fingerprint> exchange_fingerprints(Op& op) = 0;
+  // Breaks the group (first reason wins); later collectives fail at once.
+  void mark_broken(const std::string& reason);
+  // The count of threads blocked in this group's Works (comm/base/backoff.h).
+  const Waiters* waiters() const { return waiters_.get(); }
+
+  static std::string describe(const Fingerprint& fp);
+  static Fingerprint make_fp(CollectiveKind kind, DType dtype, int64_t count,
+                             const CollectiveOptions& o);
+
+ private:
+  std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
+                                const std::function<std::string(int64_t seq)>& describe_op);
+  void run_loop();
+  void run(Op& op);
+  void check_fingerprints(Op& op);
+
+  const int rank_, size_;
+  const bool checking_;
+  const std::shared_ptr<Waiters> waiters_ = std::make_shared<Waiters>();
+  mutable std::mutex mutex_;
+  int64_t next_seq_ = 0;  // collectives issued, under mutex_
+  int64_t next_p2p_ = 0;  // sends and recvs issued, under mutex_
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Op>> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), for the comm thread's spin
+  bool stopping_ = false;
+  std::string broken_;      // under mutex_
+  CudaStaging staging_;     // comm thread only
+  std::thread thread_;
+};
+
+}  // namespace ringflow::comm
