@@ -1,4 +1,4 @@
-// Internal to comm/ (not installed): the kinds of collective and the one-line description
+// The kinds of collective and the one-line description
 // every backend puts in its errors and Works, e.g. "allreduce #5 (f32, 1000 elements, sum,
 // ring)", so that MPI and NCCL failures read alike.
 #pragma once

@@ -1,0 +1,294 @@
+#include "ringflow/comm/group/transport_process_group.h"
+
+#include <cstring>
+#include <vector>
+
+#include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/transport/counting_transport.h"
+#include "ringflow/framework/error.h"
+
+namespace ringflow::comm {
+namespace {
+
+using Kind = CollectiveKind;
+
+size_t bytes_of(Buffer b) { return static_cast<size_t>(b.count) * dtype_size(b.dtype); }
+unsigned char* block(Buffer b, int64_t i, int64_t m) {
+  return static_cast<unsigned char*>(b.data) + static_cast<size_t>(i * m) * dtype_size(b.dtype);
+}
+
+// Down a binomial tree rooted at root: log2(n) steps, every rank receives the bytes once.
+void tree_broadcast(Transport& t, Buffer b, int root) {
+  const int n = t.size(), vr = (t.rank() - root + n) % n;
+  int mask = 1;
+  for (; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      t.recv(b.data, bytes_of(b), (vr - mask + root) % n);
+      break;
+    }
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) t.send(b.data, bytes_of(b), (vr + mask + root) % n);
+  }
+}
+
+// Every rank's buffer straight to the root, reduced there in rank order.
+void direct_reduce(Transport& t, Buffer b, ReduceOp op, int root) {
+  const int n = t.size();
+  if (t.rank() != root) {
+    t.send(b.data, bytes_of(b), root);
+    return;
+  }
+  std::vector<unsigned char> incoming(bytes_of(b));
+  for (int q = 0; q < n; ++q) {
+    if (q == root) continue;
+    t.recv(incoming.data(), incoming.size(), q);
+    reduce_into(b.data, incoming.data(), b.count, b.dtype, op);
+  }
+  if (op == ReduceOp::avg) finish_average(b, n);
+}
+
+// Rank r's block of m elements lands at out[r * m] on every rank: n-1 steps around a ring.
+void ring_allgather(Transport& t, Buffer out, Buffer in) {
+  const int n = t.size(), r = t.rank();
+  const int64_t m = in.count;
+  const size_t bytes = bytes_of(in);
+  std::memcpy(block(out, r, m), in.data, bytes);
+  for (int s = 0; s < n - 1; ++s) {
+    const int send = ((r - s) % n + n) % n, recv = ((r - s - 1) % n + n) % n;
+    t.sendrecv(block(out, send, m), bytes, (r + 1) % n, block(out, recv, m), bytes, (r + n - 1) % n);
+  }
+}
+
+// Block r of the op over every rank's input lands in out: n-1 reduce steps around a ring,
+// each sending the block it reduced the step before.
+void ring_reduce_scatter(Transport& t, Buffer out, Buffer in, ReduceOp op) {
+  const int n = t.size(), r = t.rank();
+  const int64_t m = out.count;
+  const size_t bytes = bytes_of(out);
+  std::vector<unsigned char> work(bytes_of(in));
+  std::memcpy(work.data(), in.data, work.size());
+  const Buffer w{work.data(), in.count, in.dtype};
+  for (int s = 0; s < n - 1; ++s) {
+    const int send = ((r - s - 1) % n + n) % n, reduce = ((r - s - 2) % n + n) % n;
+    t.sendrecv_reduce(block(w, send, m), bytes, (r + 1) % n, block(w, reduce, m), m, in.dtype, op,
+                      (r + n - 1) % n);
+  }
+  std::memcpy(out.data, block(w, r, m), bytes);
+  if (op == ReduceOp::avg) finish_average(out, n);
+}
+
+// Zero-byte messages to r + 2^k and from r - 2^k: no rank leaves before every rank came.
+void dissemination_barrier(Transport& t) {
+  const int n = t.size(), r = t.rank();
+  for (int k = 1; k < n; k <<= 1) t.sendrecv(nullptr, 0, (r + k) % n, nullptr, 0, (r - k + n) % n);
+}
+
+struct P2pHeader {  // what precedes a send's data, so that the receiver can check the tag
+  int64_t tag = 0;
+  int64_t count = 0;
+};
+
+}  // namespace
+
+TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
+                                             TransportProcessGroupOptions options)
+    : QueuedProcessGroup(bootstrap.rank(), bootstrap.size(), options.checking) {
+  std::string why_not_shm = "not asked for (shared_memory = false)", why_not_tcp;
+  if (options.shared_memory) shm_ = ShmTransport::create(bootstrap, {}, &why_not_shm);
+  // Collective: every rank asks, since each ShmTransport::create answers the same.
+  if (!shm_) {
+    tcp_ = TcpTransport::create(bootstrap, {.interface = options.socket_interface,
+                                            .setup_timeout = options.setup_timeout},
+                                &why_not_tcp);
+  }
+  if (!shm_ && !tcp_) {
+    throw std::runtime_error(cat("TransportProcessGroup on rank ", rank(),
+                                 ": no transport: shared memory: ", why_not_shm, "; TCP: ",
+                                 why_not_tcp));
+  }
+  transport_name_ = shm_ ? "shm" : "tcp";
+  if (shm_) shm_->set_waiters(waiters());
+  if (tcp_) tcp_->set_waiters(waiters());
+  start();
+}
+
+TransportProcessGroup::~TransportProcessGroup() { stop(); }
+
+void TransportProcessGroup::check_device(const char*, const char*, Device) const {
+  // The CPU, or any CUDA device: staged through host memory (CudaStaging).
+}
+
+Transport& TransportProcessGroup::transport_for(const Op& op) {
+  if (shm_) {
+    shm_->set_deadline(op.deadline);
+    return *shm_;
+  }
+  tcp_->set_deadline(op.deadline);
+  return *tcp_;
+}
+
+std::shared_ptr<Work> TransportProcessGroup::enqueue_on_transport(Fingerprint fp,
+                                                                  const CollectiveOptions& o,
+                                                                  std::vector<CollectiveArg> args,
+                                                                  Body body) {
+  return enqueue_collective(fp, o, std::move(args), [this, body = std::move(body)](Op& op) {
+    CountingTransport counted(transport_for(op));
+    body(op, counted);
+    op.work->set_traffic(counted.traffic());
+  });
+}
+
+std::vector<QueuedProcessGroup::Fingerprint> TransportProcessGroup::exchange_fingerprints(Op& op) {
+  const int n = size(), r = rank();
+  std::vector<Fingerprint> theirs(n);
+  theirs[r] = op.fp;
+  Transport& t = transport_for(op);
+  for (int k = 1; k < n; ++k) {
+    const int from = (r - k + n) % n;
+    op.work->set_status(cat("waiting for rank ", from, "'s fingerprint: not yet at this collective"));
+    try {
+      t.sendrecv(&op.fp, sizeof op.fp, (r + k) % n, &theirs[from], sizeof op.fp, from);
+    } catch (const std::exception& e) {
+      const std::string reason =
+          cat(op.work->description(), " timed out after ", op.timeout.count(), " ms on rank ",
+              r, ": rank ", from, " did not arrive (no fingerprint received): ", e.what());
+      mark_broken(reason);
+      throw CommError(reason);
+    }
+  }
+  return theirs;
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_broadcast(const Tensor& t, const CollectiveOptions& o) {
+  const bool root = rank() == o.root;
+  return enqueue_on_transport(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
+                              {{t, /*in=*/root, /*out=*/!root}},
+                              [root = o.root](Op& op, Transport& tr) { tree_broadcast(tr, op.host(0), root); });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_reduce(const Tensor& t, const CollectiveOptions& o) {
+  const bool root = rank() == o.root;
+  return enqueue_on_transport(make_fp(Kind::reduce, t.dtype(), t.numel(), o), o,
+                              {{t, /*in=*/true, /*out=*/root}}, [o](Op& op, Transport& tr) {
+                                direct_reduce(tr, op.host(0), o.op, o.root);
+                              });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_allreduce(const Tensor& t, const CollectiveOptions& o) {
+  Fingerprint fp = make_fp(Kind::allreduce, t.dtype(), t.numel(), o);
+  // Native means the backend's own: ours are all there is.
+  Algorithm algo = o.algorithm == Algorithm::native ? Algorithm::automatic : o.algorithm;
+  if (algo == Algorithm::automatic) {
+    algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size());
+  }
+  fp.algorithm = static_cast<int32_t>(algo);
+  return enqueue_on_transport(fp, o, {{t, /*in=*/true, /*out=*/true}}, [o, algo](Op& op, Transport& tr) {
+    run_allreduce(tr, op.host(0), algo, o.op, o.root);
+  });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_allgather(const Tensor& out, const Tensor& in,
+                                                          const CollectiveOptions& o) {
+  return enqueue_on_transport(make_fp(Kind::allgather, in.dtype(), in.numel(), o), o,
+                              {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
+                              [](Op& op, Transport& tr) { ring_allgather(tr, op.host(0), op.host(1)); });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in,
+                                                               const CollectiveOptions& o) {
+  return enqueue_on_transport(make_fp(Kind::reduce_scatter, out.dtype(), out.numel(), o), o,
+                              {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
+                              [o](Op& op, Transport& tr) {
+                                ring_reduce_scatter(tr, op.host(0), op.host(1), o.op);
+                              });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_gather(const Tensor& out, const Tensor& in,
+                                                       const CollectiveOptions& o) {
+  const bool root = rank() == o.root;
+  return enqueue_on_transport(
+      make_fp(Kind::gather, in.dtype(), in.numel(), o), o,
+      {{out, /*in=*/false, /*out=*/root}, {in, /*in=*/true, /*out=*/false}},
+      [root = o.root](Op& op, Transport& tr) {
+        const Buffer ob = op.host(0), ib = op.host(1);
+        if (tr.rank() != root) return tr.send(ib.data, bytes_of(ib), root);
+        for (int q = 0; q < tr.size(); ++q) {
+          if (q == root) {
+            std::memcpy(block(ob, q, ib.count), ib.data, bytes_of(ib));
+          } else {
+            tr.recv(block(ob, q, ib.count), bytes_of(ib), q);
+          }
+        }
+      });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_scatter(const Tensor& out, const Tensor& in,
+                                                        const CollectiveOptions& o) {
+  const bool root = rank() == o.root;
+  return enqueue_on_transport(
+      make_fp(Kind::scatter, out.dtype(), out.numel(), o), o,
+      {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/root, /*out=*/false}},
+      [root = o.root](Op& op, Transport& tr) {
+        const Buffer ob = op.host(0), ib = op.host(1);
+        if (tr.rank() != root) return tr.recv(ob.data, bytes_of(ob), root);
+        for (int q = 0; q < tr.size(); ++q) {
+          if (q == root) {
+            std::memcpy(ob.data, block(ib, q, ob.count), bytes_of(ob));
+          } else {
+            tr.send(block(ib, q, ob.count), bytes_of(ob), q);
+          }
+        }
+      });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_barrier(const CollectiveOptions& o) {
+  Fingerprint fp;
+  fp.kind = static_cast<int32_t>(Kind::barrier);
+  return enqueue_on_transport(fp, o, {}, [](Op&, Transport& tr) { dissemination_barrier(tr); });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_send(const Tensor& t, int peer, int tag,
+                                                     const CollectiveOptions& o) {
+  auto op = std::make_shared<Op>();
+  op->timeout = o.timeout;
+  op->args = {{t, /*in=*/true, /*out=*/false}};
+  op->body = [this, peer, tag](Op& op) {
+    CountingTransport tr(transport_for(op));
+    const Buffer b = op.host(0);
+    const P2pHeader header{tag, b.count};
+    tr.send(&header, sizeof header, peer);
+    tr.send(b.data, bytes_of(b), peer);
+    op.work->set_traffic(tr.traffic());
+  };
+  return enqueue_p2p(std::move(op), [&](int64_t seq) {
+    return cat("send #", seq, " to rank ", peer, " (", dtype_name(t.dtype()), ", ", t.numel(),
+               " elements, tag ", tag, ")");
+  });
+}
+
+std::shared_ptr<Work> TransportProcessGroup::do_recv(const Tensor& t, int peer, int tag,
+                                                     const CollectiveOptions& o) {
+  auto op = std::make_shared<Op>();
+  op->timeout = o.timeout;
+  op->args = {{t, /*in=*/false, /*out=*/true}};
+  op->body = [this, peer, tag](Op& op) {
+    CountingTransport tr(transport_for(op));
+    const Buffer b = op.host(0);
+    P2pHeader header;
+    tr.recv(&header, sizeof header, peer);
+    if (header.tag != tag || header.count != b.count) {
+      throw CommError(cat(op.work->description(), " on rank ", rank(), ": rank ", peer,
+                          " sent ", header.count, " elements with tag ", header.tag,
+                          "; the sender and receiver must agree"));
+    }
+    tr.recv(b.data, bytes_of(b), peer);
+    op.work->set_traffic(tr.traffic());
+  };
+  return enqueue_p2p(std::move(op), [&](int64_t seq) {
+    return cat("recv #", seq, " from rank ", peer, " (", dtype_name(t.dtype()), ", ", t.numel(),
+               " elements, tag ", tag, ")");
+  });
+}
+
+}  // namespace ringflow::comm
