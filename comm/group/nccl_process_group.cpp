@@ -1,4 +1,4 @@
-// NcclProcessGroup (comm/group/nccl_process_group.h): the bootstrap over MPI, collectives queued
+// NcclProcessGroup (comm/group/nccl_process_group.h): the set-up over a Bootstrap, collectives queued
 // on the group's CUDA stream, and Works that poll an event.
 //
 // Note [NCCL streams]: ringflow's kernels and copies all run on the legacy default stream
@@ -47,6 +47,9 @@
 #include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/group/collective_kind.h"
 #include "ringflow/comm/group/device_choice.h"
+#include "ringflow/comm/bootstrap/mpi_bootstrap.h"
+#include "ringflow/comm/group/group_bootstrap.h"
+#include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/nccl_detail.h"
 #include "ringflow/framework/error.h"
 #include "ringflow/framework/ops.h"
@@ -402,18 +405,24 @@ std::shared_ptr<Work> issue(const std::shared_ptr<NcclProcessGroup::State>& st, 
 // ---------------------------------------------------------------- the bootstrap
 
 NcclProcessGroup::NcclProcessGroup(MPI_Comm parent, NcclProcessGroupOptions options) {
-  MpiProcessGroup bootstrap(parent);
+  ensure_mpi_initialized();
+  MpiBootstrap bootstrap(parent);
   init(bootstrap, options);
 }
 
-NcclProcessGroup::NcclProcessGroup(MpiProcessGroup& bootstrap, NcclProcessGroupOptions options) {
+NcclProcessGroup::NcclProcessGroup(Bootstrap& bootstrap, NcclProcessGroupOptions options) {
+  init(bootstrap, options);
+}
+
+NcclProcessGroup::NcclProcessGroup(ProcessGroup& group, NcclProcessGroupOptions options) {
+  GroupBootstrap bootstrap(group, options.timeout);
   init(bootstrap, options);
 }
 
 // Every rank takes the same branches: each failure found before the communicator exists is
 // first made known to every rank (the exchanges below), so that they all throw instead of
 // some waiting for the others until the timeout.
-void NcclProcessGroup::init(MpiProcessGroup& boot, const NcclProcessGroupOptions& options) {
+void NcclProcessGroup::init(Bootstrap& boot, const NcclProcessGroupOptions& options) {
   RF_CHECK(options.timeout.count() > 0, "NcclProcessGroup: timeout must be positive, got ",
            options.timeout.count(), " ms");
   RF_CHECK(options.device >= -1, "NcclProcessGroup: device must be a CUDA device index or -1 "
@@ -425,7 +434,7 @@ void NcclProcessGroup::init(MpiProcessGroup& boot, const NcclProcessGroupOptions
   const std::string who = cat("NcclProcessGroup on rank ", st->rank);
 
   // 1. Host names -> local rank -> device; then every rank's device (or why it has none).
-  const std::vector<std::string> hosts = allgather_strings(boot, host_name(), options.timeout);
+  const std::vector<std::string> hosts = boot.allgather(host_name());
   const int local_rank = local_rank_among(hosts, st->rank);
   const int local_size = local_size_among(hosts, st->rank);
   std::string why;
@@ -469,7 +478,7 @@ void NcclProcessGroup::init(MpiProcessGroup& boot, const NcclProcessGroupOptions
       }
     }
   }
-  const std::vector<std::string> all = allgather_strings(boot, mine, options.timeout);
+  const std::vector<std::string> all = boot.allgather(mine);
   std::vector<std::string> gpus(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].rfind("error ", 0) == 0) {
@@ -489,34 +498,23 @@ void NcclProcessGroup::init(MpiProcessGroup& boot, const NcclProcessGroupOptions
   }
   st->device = device;
 
-  // 2. Rank 0's unique id, broadcast with a status word: if rank 0 cannot make one, every
-  // rank hears why.
-  constexpr int64_t kIdWords = (sizeof(ncclUniqueId) + 7) / 8;
-  Tensor id_buf = zeros({1 + kIdWords}, DType::i64);
-  std::string id_error;
+  // 2. Rank 0's unique id ("ok <bytes>"), or why it could not make one ("error <text>"),
+  // so that every rank hears why.
+  std::string id_blob;
   if (st->rank == 0) {
     ncclUniqueId id;
     const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r == ncclSuccess) {
-      std::memcpy(static_cast<int64_t*>(id_buf.raw_data()) + 1, &id, sizeof(id));
-    } else {
-      id_buf.data<int64_t>()[0] = static_cast<int64_t>(r);
-      id_error = nccl_error_message("ncclGetUniqueId", r, ncclGetLastError(nullptr));
-    }
+    id_blob = r == ncclSuccess
+                  ? "ok " + std::string(reinterpret_cast<const char*>(&id), sizeof id)
+                  : "error " + nccl_error_message("ncclGetUniqueId", r, ncclGetLastError(nullptr));
   }
-  CollectiveOptions bcast;
-  bcast.timeout = options.timeout;
-  boot.broadcast(id_buf, bcast)->wait();
-  const int64_t id_status = id_buf.data<int64_t>()[0];
-  if (id_status != 0) {
+  id_blob = boot.broadcast(id_blob, 0);
+  if (id_blob.rfind("ok ", 0) != 0 || id_blob.size() != 3 + sizeof(ncclUniqueId)) {
     throw CommError(cat(who, ": rank 0 could not create the NCCL unique id: ",
-                        id_error.empty() ? nccl_error_message("ncclGetUniqueId",
-                                                              static_cast<ncclResult_t>(id_status),
-                                                              nullptr)
-                                         : id_error));
+                        id_blob.rfind("error ", 0) == 0 ? id_blob.substr(6) : "a malformed id"));
   }
   ncclUniqueId id;
-  std::memcpy(&id, static_cast<const int64_t*>(id_buf.raw_data()) + 1, sizeof(id));
+  std::memcpy(&id, id_blob.data() + 3, sizeof id);
 
   // 3. The communicator, on this rank's device (current since step 1).
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -1,10 +1,11 @@
 // NcclProcessGroup: the ProcessGroup contract (comm/group/process_group.h) for CUDA tensors over
 // NCCL, one GPU per rank.
 //
-// Bootstrap (collective over MPI, every rank constructs it): the ranks exchange host names
+// Set-up (collective, every rank constructs it; over any Bootstrap: MPI, the TCP
+// rendezvous, or a process group that exists): the ranks exchange host names
 // and pick their GPU (NcclProcessGroupOptions::device; by default the local rank modulo the
 // host's device count, see comm/group/device_choice.h), check that every rank has one and that no
-// two share one, rank 0's ncclUniqueId is broadcast over MPI, and every rank creates its
+// two share one, rank 0's ncclUniqueId is broadcast, and every rank creates its
 // NCCL communicator (nonblocking, polled under the timeout). Any failure throws CommError on
 // every rank, naming the rank and the reason. NCCL refuses two ranks of one communicator on
 // one GPU ("Duplicate GPU detected"): on a host with a single GPU only world size 1 runs.
@@ -54,7 +55,7 @@
 #include <memory>
 #include <string>
 
-#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/bootstrap/bootstrap.h"
 #include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
@@ -62,18 +63,20 @@ namespace ringflow::comm {
 struct NcclProcessGroupOptions {
   // CUDA device of this rank; -1: the local rank modulo the host's device count.
   int device = -1;
-  // Deadline of the bootstrap: the MPI exchanges and the communicator's creation.
+  // Deadline of the set-up: the exchanges over a group, and the communicator's creation.
   Timeout timeout = kDefaultTimeout;
 };
 
 class NcclProcessGroup final : public ProcessGroup {
  public:
-  // Collective over the ranks of `parent` (a temporary MpiProcessGroup over it carries the
-  // bootstrap).
+  // Collective over the ranks of `parent` (an MpiBootstrap over it carries the set-up).
   explicit NcclProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, NcclProcessGroupOptions options = {});
-  // Collective over the ranks of `bootstrap`, which carries the bootstrap and may be
-  // destroyed afterwards. NCCL ranks are bootstrap's ranks.
-  explicit NcclProcessGroup(MpiProcessGroup& bootstrap, NcclProcessGroupOptions options = {});
+  // Collective over the bootstrap's ranks (MpiBootstrap, TcpBootstrap, GroupBootstrap),
+  // used during construction only. NCCL ranks are the bootstrap's ranks.
+  explicit NcclProcessGroup(Bootstrap& bootstrap, NcclProcessGroupOptions options = {});
+  // Collective over the ranks of `group`, which carries the set-up (GroupBootstrap) and
+  // may be destroyed afterwards.
+  explicit NcclProcessGroup(ProcessGroup& group, NcclProcessGroupOptions options = {});
   // Waits for the collectives still running (up to their deadlines), then frees the
   // communicator (ncclCommFinalize + ncclCommDestroy), or aborts it when it is broken or a
   // collective did not finish in time. Works may outlive the group.
@@ -108,7 +111,7 @@ class NcclProcessGroup final : public ProcessGroup {
                                 const CollectiveOptions&) override;
 
  private:
-  void init(MpiProcessGroup& bootstrap, const NcclProcessGroupOptions& options);
+  void init(Bootstrap& bootstrap, const NcclProcessGroupOptions& options);
   std::shared_ptr<State> state_;
   Tensor barrier_buffer_;  // one f32 on device(), the barrier's allreduce
 };

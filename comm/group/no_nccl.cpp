@@ -18,9 +18,10 @@ namespace {
 struct NcclProcessGroup::State {};
 
 NcclProcessGroup::NcclProcessGroup(MPI_Comm, NcclProcessGroupOptions) { no_nccl(); }
-NcclProcessGroup::NcclProcessGroup(MpiProcessGroup&, NcclProcessGroupOptions) { no_nccl(); }
+NcclProcessGroup::NcclProcessGroup(Bootstrap&, NcclProcessGroupOptions) { no_nccl(); }
+NcclProcessGroup::NcclProcessGroup(ProcessGroup&, NcclProcessGroupOptions) { no_nccl(); }
 NcclProcessGroup::~NcclProcessGroup() = default;
-void NcclProcessGroup::init(MpiProcessGroup&, const NcclProcessGroupOptions&) { no_nccl(); }
+void NcclProcessGroup::init(Bootstrap&, const NcclProcessGroupOptions&) { no_nccl(); }
 
 int NcclProcessGroup::rank() const { return 0; }
 int NcclProcessGroup::size() const { return 1; }
