@@ -1,18 +1,22 @@
 // TcpBootstrap (comm/bootstrap/tcp_bootstrap.h): ranks as threads of one process meeting at
 // a rendezvous on localhost, as separate processes would: every rank sees every blob in
 // rank order, and the set-up errors (a missing rank, a world size that disagrees, a rank
-// twice) name what is wrong within the timeout instead of hanging.
+// twice) name what is wrong within the timeout instead of hanging. And the launch
+// conventions (comm/bootstrap/launch.h) read from a given environment.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ringflow/comm/base/socket.h"
+#include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"
 
 using namespace ringflow::comm;
@@ -113,4 +117,78 @@ TEST_CASE("TcpBootstrap: bad options are named") {
   o.master_addr = "no-such-host.invalid";
   CHECK_THROWS_WITH_AS(TcpBootstrap{o}, doctest::Contains("cannot resolve host 'no-such-host.invalid'"),
                        std::runtime_error);
+}
+
+// ---------------------------------------------------------------- launch (comm/bootstrap/launch.h)
+
+
+namespace {
+
+Getenv env(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+}  // namespace
+
+TEST_CASE("launch: torchrun's variables, with defaults for what a shell loop may leave out") {
+  auto l = env_launch(env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"},
+                           {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node7"},
+                           {"MASTER_PORT", "31000"}}));
+  REQUIRE(l.has_value());
+  CHECK(l->rank == 2);
+  CHECK(l->size == 4);
+  CHECK(l->local_rank == 0);
+  CHECK(l->local_size == 2);
+  CHECK(l->master_addr == "node7");
+  CHECK(l->master_port == 31000);
+  auto bare = env_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+  REQUIRE(bare.has_value());
+  CHECK(bare->master_addr == "127.0.0.1");
+  CHECK(bare->master_port == 29500);
+  CHECK(bare->local_rank == -1);
+  CHECK_FALSE(env_launch(env({})).has_value());
+}
+
+TEST_CASE("launch: Slurm's variables; several nodes need MASTER_ADDR") {
+  auto l = env_launch(env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                           {"SLURM_NNODES", "1"}, {"SLURM_JOB_ID", "123456"}}));
+  REQUIRE(l.has_value());
+  CHECK(l->rank == 3);
+  CHECK(l->size == 4);
+  CHECK(l->local_rank == 1);
+  CHECK(l->master_addr == "127.0.0.1");
+  CHECK(l->master_port == 20000 + 123456 % 20000);
+  CHECK_THROWS_WITH_AS(env_launch(env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
+                                       {"SLURM_NNODES", "2"}})),
+                       doctest::Contains("set MASTER_ADDR"), std::invalid_argument);
+}
+
+TEST_CASE("launch: bad values are named") {
+  CHECK_THROWS_WITH_AS(env_launch(env({{"RANK", "4"}, {"WORLD_SIZE", "4"}})),
+                       doctest::Contains("RANK='4' is not an integer in 0..3"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(env_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "two"}})),
+                       doctest::Contains("WORLD_SIZE='two'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(env_launch(env({{"RANK", "0"}})), doctest::Contains("WORLD_SIZE is not set"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(env_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}})),
+                       doctest::Contains("MASTER_PORT='99999'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(launcher_from_name("torchrun"), doctest::Contains("auto, mpi, env"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("launch: auto picks MPI under an MPI launcher, env under torchrun or Slurm, else MPI") {
+  CHECK(resolve_launcher(Launcher::automatic, env({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"},
+                                                   {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})) ==
+        Launcher::mpi);
+  CHECK(resolve_launcher(Launcher::automatic, env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})) == Launcher::env);
+  CHECK(resolve_launcher(Launcher::automatic, env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}})) ==
+        Launcher::env);
+  CHECK(resolve_launcher(Launcher::automatic, env({})) == Launcher::mpi);
+  CHECK(resolve_launcher(Launcher::mpi, env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})) == Launcher::mpi);
+  CHECK_THROWS_WITH_AS(resolve_launcher(Launcher::env, env({})), doctest::Contains("RANK, WORLD_SIZE"),
+                       std::invalid_argument);
 }

@@ -1,0 +1,51 @@
+// Launch: how a process learns its place among the ranks from whatever started it:
+// mpiexec (or srun with PMI) for MPI; torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which a shell loop can set as well; or
+// Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The last two meet through the
+// TCP rendezvous (TcpBootstrap), without MPI.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "ringflow/comm/bootstrap/tcp_bootstrap.h"
+
+namespace ringflow::comm {
+
+enum class Launcher : uint8_t { automatic, mpi, env };
+
+const char* launcher_name(Launcher launcher);             // "auto", "mpi", "env"
+Launcher launcher_from_name(const std::string& name);     // throws naming the choices
+
+// A process's place as the environment gives it.
+struct EnvLaunch {
+  int rank = 0;
+  int size = 1;
+  int local_rank = -1;  // -1: not given (the group finds it from the node identities)
+  int local_size = -1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source;  // which variables: "torchrun (RANK, WORLD_SIZE, ...)" or "Slurm (...)"
+};
+
+using Getenv = std::function<const char*(const char*)>;
+
+// torchrun's variables (RANK and WORLD_SIZE set), else Slurm's (SLURM_PROCID and
+// SLURM_NTASKS set), else nullopt. Throws std::invalid_argument naming the variable whose
+// value is not an integer in range, and for Slurm across several nodes without MASTER_ADDR
+// (rank 0's node is not known here).
+std::optional<EnvLaunch> env_launch(const Getenv& getenv);
+std::optional<EnvLaunch> env_launch();  // from this process's environment
+
+// What `asked` means here: automatic picks MPI when an MPI launcher's variables are there
+// (PMI_RANK, PMI_SIZE, PMIX_RANK, OMPI_COMM_WORLD_SIZE), else env when env_launch finds
+// one, else MPI (a single process). env without the variables throws naming them.
+Launcher resolve_launcher(Launcher asked, const Getenv& getenv);
+Launcher resolve_launcher(Launcher asked);
+
+// The TCP rendezvous for an env launch, each exchange bounded by timeout.
+TcpBootstrapOptions bootstrap_options(const EnvLaunch& launch, std::chrono::milliseconds timeout);
+
+}  // namespace ringflow::comm
