@@ -12,27 +12,11 @@ namespace ringflow {
 
 // ---------------------------------------------------------------- shape helpers
 
-int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 int64_t wrap_dim(int64_t dim, int64_t ndim) {
   const int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
   RF_CHECK(dim >= lo && dim <= hi, "dimension ", dim, " is out of range for a tensor of rank ",
            ndim, " (expected ", lo, "..", hi, ")");
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
-}
-
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  int64_t s = 1;
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= std::max<int64_t>(shape[d], 1);
-  }
-  return strides;
 }
 
 Shape channels_last_strides(const Shape& shape) {

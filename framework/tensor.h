@@ -134,8 +134,8 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
-// Strides of a dense tensor of `shape`: row-major, or NHWC for a 4-D channels-last one.
-Shape contiguous_strides(const Shape& shape);
+// Strides of a dense 4-D tensor of `shape` laid out NHWC (row-major: contiguous_strides,
+// kernels/view.h).
 Shape channels_last_strides(const Shape& shape);
 
 // The strides that let a tensor of (shape, strides) be viewed as new_shape without a copy,
@@ -144,6 +144,5 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
                   Shape* new_strides);
 
 int64_t wrap_dim(int64_t dim, int64_t ndim);  // throws naming dim and rank
-int64_t shape_numel(const Shape& shape);
 
 }  // namespace ringflow

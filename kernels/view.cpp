@@ -1,10 +1,31 @@
 #include "ringflow/kernels/view.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 namespace ringflow {
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) {
+      throw std::overflow_error("shape " + shape_str(shape) + " has more elements than int64 holds");
+    }
+  }
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= std::max<int64_t>(shape[d], 1);
+  }
+  return strides;
+}
 
 std::string shape_str(const Shape& shape) {
   std::string s = "(";

@@ -13,6 +13,12 @@ namespace ringflow {
 
 using Shape = std::vector<int64_t>;
 
+// The number of elements of `shape`; throws std::overflow_error naming the shape where the
+// product does not fit in int64 (a corrupt file's header, not a tensor).
+int64_t shape_numel(const Shape& shape);
+// Row-major strides of a contiguous tensor of `shape` (a dimension of size 0 counts as 1).
+Shape contiguous_strides(const Shape& shape);
+
 struct View {
   void* data = nullptr;
   DType dtype = DType::f32;
@@ -24,11 +30,7 @@ struct View {
   uint64_t version = 0;
 
   int dim() const { return static_cast<int>(shape.size()); }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    return n;
-  }
+  int64_t numel() const { return shape_numel(shape); }
   bool is_contiguous() const {
     int64_t expected = 1;
     for (int d = dim() - 1; d >= 0; --d) {

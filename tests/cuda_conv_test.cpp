@@ -24,7 +24,6 @@ namespace {
 
 constexpr double kSentinel = 7.0;  // in every slot a view does not reach
 
-using strided::contiguous_strides;
 
 View make_view(void* data, DType dtype, const Shape& shape, const Shape& strides) {
   View v;

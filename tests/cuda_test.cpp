@@ -26,16 +26,6 @@ namespace {
 const DType kAllDtypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32,
                             DType::i64};
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape st(shape.size());
-  int64_t s = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    st[d] = s;
-    s *= shape[d];
-  }
-  return st;
-}
-
 // Elements a view reaches: max offset + 1.
 int64_t span(const Shape& shape, const Shape& strides) {
   int64_t last = 0;

@@ -29,7 +29,6 @@ struct Buf {
   View v;
 };
 
-using strided::contiguous_strides;
 
 inline Shape layout_strides(const Shape& shape, Layout layout) {
   if (layout == Layout::nchw || shape.size() != 4) return contiguous_strides(shape);

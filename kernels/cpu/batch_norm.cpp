@@ -2,6 +2,7 @@
 // (nhwc or nchw), or of a 2-D x (N, C). oneDNN's variance is biased, as the contract's;
 // gamma/beta map to use_scale/use_shift; eval uses use_global_stats.
 #include <bit>
+#include <string>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 
@@ -47,70 +48,58 @@ FwdPd make_fwd_pd(const View& x, prop_kind prop, flags f, double eps) {
   return FwdPd(d, dnnl_engine());
 }
 
+// Training computes mean and var (outputs); eval reads them (use_global_stats). False
+// where oneDNN does not take these operands: the caller falls back to the reference.
+bool forward(const View& y, const View& x, const View& mean, const View& var, const View* gamma,
+             const View* beta, double eps, bool training) {
+  if (!bn_ok(x, {&y}, {&mean, &var, gamma, beta})) return false;
+  const char* op = training ? "batch_norm_forward_train" : "batch_norm_forward_eval";
+  flags f = training ? flags::none : flags::use_global_stats;
+  if (gamma) f = f | flags::use_scale;
+  if (beta) f = f | flags::use_shift;
+  KeyBuilder k(op);
+  k.add(x).add(y).add(static_cast<int64_t>(f)).add(std::bit_cast<int64_t>(eps));
+  const std::string what = std::string(op) + " y x";
+  auto ctx = [&] { return describe(what.c_str(), {&y, &x}); };
+  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
+    const prop_kind prop = training ? prop_kind::forward_training : prop_kind::forward_inference;
+    auto pd = std::make_shared<FwdPd>(make_fwd_pd(x, prop, f, eps));
+    return CachedPrimitive{dnnl::batch_normalization_forward(*pd), pd};
+  });
+  if (!prim) return false;
+  const FwdPd& pd = prim->get<FwdPd>();
+  Operand src(x, pd.src_desc(), true, op), dst(y, pd.dst_desc(), false, op);
+  Operand m(mean, stat_md(x), !training, op), v(var, stat_md(x), !training, op);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.mem()},
+                                             {DNNL_ARG_DST, dst.mem()},
+                                             {DNNL_ARG_MEAN, m.mem()},
+                                             {DNNL_ARG_VARIANCE, v.mem()}};
+  std::unique_ptr<Operand> g, b;
+  if (gamma) args[DNNL_ARG_SCALE] = (g = std::make_unique<Operand>(*gamma, stat_md(x), true, op))->mem();
+  if (beta) args[DNNL_ARG_SHIFT] = (b = std::make_unique<Operand>(*beta, stat_md(x), true, op))->mem();
+  execute(*prim, args, ctx);
+  dst.finish();
+  if (training) {
+    m.finish();
+    v.finish();
+  }
+  return true;
+}
+
 }  // namespace
 
 void batch_norm_forward_train(const View& y, const View& mean, const View& var, const View& x,
                               const View* gamma, const View* beta, double eps) {
-  if (!bn_ok(x, {&y}, {&mean, &var, gamma, beta})) {
-    return reference_backend().batch_norm_forward_train(y, mean, var, x, gamma, beta, eps);
+  if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/true)) {
+    reference_backend().batch_norm_forward_train(y, mean, var, x, gamma, beta, eps);
   }
-  flags f = flags::none;
-  if (gamma) f = f | flags::use_scale;
-  if (beta) f = f | flags::use_shift;
-  KeyBuilder k("batch_norm_forward_train");
-  k.add(x).add(y).add(static_cast<int64_t>(f)).add(std::bit_cast<int64_t>(eps));
-  auto ctx = [&] { return describe("batch_norm_forward_train y x", {&y, &x}); };
-  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    auto pd = std::make_shared<FwdPd>(make_fwd_pd(x, prop_kind::forward_training, f, eps));
-    return CachedPrimitive{dnnl::batch_normalization_forward(*pd), pd};
-  });
-  if (!prim) return reference_backend().batch_norm_forward_train(y, mean, var, x, gamma, beta, eps);
-  const FwdPd& pd = prim->get<FwdPd>();
-  const char* op = "batch_norm_forward_train";
-  Operand src(x, pd.src_desc(), true, op), dst(y, pd.dst_desc(), false, op);
-  Operand m(mean, stat_md(x), false, op), v(var, stat_md(x), false, op);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.mem()},
-                                             {DNNL_ARG_DST, dst.mem()},
-                                             {DNNL_ARG_MEAN, m.mem()},
-                                             {DNNL_ARG_VARIANCE, v.mem()}};
-  std::unique_ptr<Operand> g, b;
-  if (gamma) args[DNNL_ARG_SCALE] = (g = std::make_unique<Operand>(*gamma, stat_md(x), true, op))->mem();
-  if (beta) args[DNNL_ARG_SHIFT] = (b = std::make_unique<Operand>(*beta, stat_md(x), true, op))->mem();
-  execute(*prim, args, ctx);
-  dst.finish();
-  m.finish();
-  v.finish();
 }
 
 void batch_norm_forward_eval(const View& y, const View& x, const View& mean, const View& var,
                              const View* gamma, const View* beta, double eps) {
-  if (!bn_ok(x, {&y}, {&mean, &var, gamma, beta})) {
-    return reference_backend().batch_norm_forward_eval(y, x, mean, var, gamma, beta, eps);
+  if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/false)) {
+    reference_backend().batch_norm_forward_eval(y, x, mean, var, gamma, beta, eps);
   }
-  flags f = flags::use_global_stats;
-  if (gamma) f = f | flags::use_scale;
-  if (beta) f = f | flags::use_shift;
-  KeyBuilder k("batch_norm_forward_eval");
-  k.add(x).add(y).add(static_cast<int64_t>(f)).add(std::bit_cast<int64_t>(eps));
-  auto ctx = [&] { return describe("batch_norm_forward_eval y x", {&y, &x}); };
-  const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    auto pd = std::make_shared<FwdPd>(make_fwd_pd(x, prop_kind::forward_inference, f, eps));
-    return CachedPrimitive{dnnl::batch_normalization_forward(*pd), pd};
-  });
-  if (!prim) return reference_backend().batch_norm_forward_eval(y, x, mean, var, gamma, beta, eps);
-  const FwdPd& pd = prim->get<FwdPd>();
-  const char* op = "batch_norm_forward_eval";
-  Operand src(x, pd.src_desc(), true, op), dst(y, pd.dst_desc(), false, op);
-  Operand m(mean, stat_md(x), true, op), v(var, stat_md(x), true, op);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.mem()},
-                                             {DNNL_ARG_DST, dst.mem()},
-                                             {DNNL_ARG_MEAN, m.mem()},
-                                             {DNNL_ARG_VARIANCE, v.mem()}};
-  std::unique_ptr<Operand> g, b;
-  if (gamma) args[DNNL_ARG_SCALE] = (g = std::make_unique<Operand>(*gamma, stat_md(x), true, op))->mem();
-  if (beta) args[DNNL_ARG_SHIFT] = (b = std::make_unique<Operand>(*beta, stat_md(x), true, op))->mem();
-  execute(*prim, args, ctx);
-  dst.finish();
 }
 
 void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy,

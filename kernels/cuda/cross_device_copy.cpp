@@ -21,16 +21,6 @@
 namespace ringflow {
 namespace {
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  int64_t s = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-  return strides;
-}
-
 // One memcpy copies src into dst: same dtype, dense, same strides where size > 1.
 bool memcpy_compatible(const View& dst, const View& src) {
   if (dst.dtype != src.dtype || !dst.is_dense() || !src.is_dense()) return false;

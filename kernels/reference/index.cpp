@@ -45,7 +45,7 @@ void scatter_add(const View& out, int64_t dim, const View& index, const View& sr
   }
   // Sum every contribution into a double (int64) copy of out, then round once: the
   // result does not depend on the order of duplicates, even for f16.
-  const Shape scratch = strided::contiguous_strides(out.shape);
+  const Shape scratch = contiguous_strides(out.shape);
   Shape scratch_no_dim = scratch;
   scratch_no_dim[dim] = 0;
   const bool ints = !is_floating(out.dtype);

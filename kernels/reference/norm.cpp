@@ -39,18 +39,34 @@ double at(const View* v, int64_t c, double if_null) {
   return v ? load_f64(*v, c * v->strides[0]) : if_null;
 }
 
-}  // namespace
-
-void batch_norm_forward_train(const View& y, const View& mean, const View& var,
-                              const View& x, const View* gamma, const View* beta,
-                              double eps) {
-  const char* op = "batch_norm_forward_train";
+// The operand checks of both forwards; the channel count.
+int64_t check_forward(const char* op, const View& y, const View& x, const View& mean,
+                      const View& var, const View* gamma, const View* beta) {
   const int64_t C = channels(x, op);
   check_same_shape(y, x, op);
   check_per_channel(&mean, C, op, "mean");
   check_per_channel(&var, C, op, "var");
   check_per_channel(gamma, C, op, "gamma");
   check_per_channel(beta, C, op, "beta");
+  return C;
+}
+
+// y = (x - mu[c]) * invstd[c] * gamma[c] + beta[c].
+void normalize(const View& y, const View& x, const std::vector<double>& mu,
+               const std::vector<double>& invstd, const View* gamma, const View* beta) {
+  for_each_offset(x.shape, [&](const auto& o) {
+    const int64_t c = o[2];
+    const double xhat = (load_f64(x, o[1]) - mu[c]) * invstd[c];
+    store_f64(y, o[0], xhat * at(gamma, c, 1.0) + at(beta, c, 0.0));
+  }, y.strides, x.strides, channel_strides(x));
+}
+
+}  // namespace
+
+void batch_norm_forward_train(const View& y, const View& mean, const View& var,
+                              const View& x, const View* gamma, const View* beta,
+                              double eps) {
+  const int64_t C = check_forward("batch_norm_forward_train", y, x, mean, var, gamma, beta);
   const double count = static_cast<double>(x.numel() / C);
   const Shape cs = channel_strides(x);
 
@@ -68,28 +84,18 @@ void batch_norm_forward_train(const View& y, const View& mean, const View& var,
     store_f64(mean, c * mean.strides[0], mu[c]);
     store_f64(var, c * var.strides[0], v);
   }
-  for_each_offset(x.shape, [&](const auto& o) {
-    const int64_t c = o[2];
-    const double xhat = (load_f64(x, o[1]) - mu[c]) * invstd[c];
-    store_f64(y, o[0], xhat * at(gamma, c, 1.0) + at(beta, c, 0.0));
-  }, y.strides, x.strides, cs);
+  normalize(y, x, mu, invstd, gamma, beta);
 }
 
 void batch_norm_forward_eval(const View& y, const View& x, const View& mean, const View& var,
                              const View* gamma, const View* beta, double eps) {
-  const char* op = "batch_norm_forward_eval";
-  const int64_t C = channels(x, op);
-  check_same_shape(y, x, op);
-  check_per_channel(&mean, C, op, "mean");
-  check_per_channel(&var, C, op, "var");
-  check_per_channel(gamma, C, op, "gamma");
-  check_per_channel(beta, C, op, "beta");
-  for_each_offset(x.shape, [&](const auto& o) {
-    const int64_t c = o[2];
-    const double xhat = (load_f64(x, o[1]) - at(&mean, c, 0.0)) /
-                        std::sqrt(at(&var, c, 0.0) + eps);
-    store_f64(y, o[0], xhat * at(gamma, c, 1.0) + at(beta, c, 0.0));
-  }, y.strides, x.strides, channel_strides(x));
+  const int64_t C = check_forward("batch_norm_forward_eval", y, x, mean, var, gamma, beta);
+  std::vector<double> mu(C), invstd(C);
+  for (int64_t c = 0; c < C; ++c) {
+    mu[c] = at(&mean, c, 0.0);
+    invstd[c] = 1.0 / std::sqrt(at(&var, c, 0.0) + eps);
+  }
+  normalize(y, x, mu, invstd, gamma, beta);
 }
 
 void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta,

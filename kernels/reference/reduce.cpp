@@ -36,7 +36,7 @@ void reduce(ReduceOp op, const View& out, const View& in) {
     check(count > 0, name, "max/min/argmax of an empty tensor");
   }
 
-  Shape scratch_strides = strided::contiguous_strides(out.shape);
+  Shape scratch_strides = contiguous_strides(out.shape);
   for (int d : reduced) scratch_strides[d] = 0;
   const int64_t n_out = out.numel();
   const bool ints = !is_floating(in.dtype);
@@ -66,7 +66,7 @@ void reduce(ReduceOp op, const View& out, const View& in) {
     }, in.strides, scratch_strides);
     for_each_offset(out.shape, [&](const auto& o) {
       strided::store_i64(out, o[0], arg[o[1]]);
-    }, out.strides, strided::contiguous_strides(out.shape));
+    }, out.strides, contiguous_strides(out.shape));
     return;
   }
 
@@ -84,7 +84,7 @@ void reduce(ReduceOp op, const View& out, const View& in) {
     }, in.strides, scratch_strides);
     for_each_offset(out.shape, [&](const auto& o) {
       strided::store_i64(out, o[0], acc[o[1]]);
-    }, out.strides, strided::contiguous_strides(out.shape));
+    }, out.strides, contiguous_strides(out.shape));
     return;
   }
 
@@ -108,7 +108,7 @@ void reduce(ReduceOp op, const View& out, const View& in) {
     double a = acc[o[1]];
     if (op == ReduceOp::mean) a /= static_cast<double>(count);  // 0/0 = NaN, as PyTorch
     strided::store_f64(out, o[0], a);
-  }, out.strides, strided::contiguous_strides(out.shape));
+  }, out.strides, contiguous_strides(out.shape));
 }
 
 }  // namespace ringflow::reference

@@ -14,23 +14,6 @@
 
 namespace ringflow::strided {
 
-inline int64_t numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
-// Row-major contiguous strides of `shape` (used for scratch buffers in double).
-inline Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  int64_t s = 1;
-  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-  return strides;
-}
-
 // Calls fn(offsets) for every multi-index of `shape` in row-major order, where offsets[i]
 // is the element offset of that index under strides[i]. Offsets are carried from step to
 // step (an add per step, a subtract per carry) rather than recomputed.
@@ -39,7 +22,7 @@ void for_each_offset(const Shape& shape, Fn&& fn, const Strides&... strides) {
   constexpr size_t N = sizeof...(Strides);
   const std::array<const Shape*, N> st{&strides...};
   const int nd = static_cast<int>(shape.size());
-  const int64_t total = numel(shape);
+  const int64_t total = shape_numel(shape);
   if (total == 0) return;
   std::vector<int64_t> idx(nd, 0);
   std::array<int64_t, N> off{};
