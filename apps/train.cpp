@@ -7,7 +7,6 @@
 // alone prints, evaluates and writes checkpoints and metrics, and every rank can resume
 // from them.
 // With no flags: the small CNN on Debian's Fashion-MNIST, one process (what `./dev demo` runs).
-#include <mpi.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -20,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -29,6 +29,8 @@
 #include "ringflow/apps/device_choice.h"
 #include "ringflow/apps/gradient_sync.h"
 #include "ringflow/apps/trace.h"
+#include "ringflow/comm/bootstrap/launch.h"
+#include "ringflow/comm/group/launch_group.h"
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/nccl_process_group.h"
 #include "ringflow/framework/ringflow.h"
@@ -60,6 +62,7 @@ struct Flags {
   // Data parallelism.
   std::string sync = "none";
   std::string algo = "auto";
+  std::string launcher = "auto";
   std::string transport = "auto", socket_interface;
   double bucket_cap_mb = 25;
   std::string comm_hook = "allreduce";
@@ -74,34 +77,14 @@ comm::Algorithm algorithm_from_flag(const std::string& name) {
 }
 
 // The number of processes the launcher started, read from its environment (MPICH's Hydra
-// sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE), without initialising MPI: --sync none
-// must not, so that a plain single-process run stays one.
+// sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, torchrun WORLD_SIZE, srun SLURM_NTASKS),
+// without initialising MPI: --sync none must not, so that a plain single-process run stays one.
 int launched_ranks() {
   for (const char* var : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
   }
-  return 1;
-}
-
-// This rank's place among the job's ranks on its machine (the node-local communicator,
-// ranked as MPI_COMM_WORLD): its GPU is its local rank modulo the machine's GPUs, and the
-// machine's cores are shared between the local ranks.
-struct NodeRanks {
-  int rank = 0, size = 1;
-};
-
-NodeRanks node_ranks() {
-  auto check = [](int rc, const char* call) {
-    if (rc != MPI_SUCCESS) throw std::runtime_error(fmt::format("{} failed (error {})", call, rc));
-  };
-  MPI_Comm local;
-  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local),
-        "MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED)");
-  NodeRanks n;
-  MPI_Comm_rank(local, &n.rank);
-  MPI_Comm_size(local, &n.size);
-  MPI_Comm_free(&local);
-  return n;
+  const std::optional<comm::EnvLaunch> env = comm::env_launch();
+  return env ? env->size : 1;
 }
 
 // CLI11's PositiveNumber prints the whole double range in its message; say it plainly.
@@ -438,47 +421,37 @@ struct Setup {
   std::shared_ptr<comm::ProcessGroup> pg;       // MPI (the CPU-side statistics); null: --sync none
   std::shared_ptr<comm::ProcessGroup> grad_pg;  // the gradients': pg, or NCCL's over it
   std::string transport;                        // what our allreduce algorithms talk through
-  NodeRanks node;
+  comm::NodeRanks node;
+  std::string how;                              // how the ranks were started (launch_group)
 };
-
-std::shared_ptr<comm::MpiProcessGroup> make_mpi_group(const Flags& f) {
-  comm::MpiProcessGroupOptions o;
-  o.checking = comm::comm_check_requested_by_env();
-  o.shared_memory = f.transport == "auto" || f.transport == "shm";
-  o.sockets = f.transport == "auto" || f.transport == "tcp";
-  o.socket_interface = f.socket_interface;
-  auto group = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, o);
-  if (f.transport != "auto" && group->transport_name() != f.transport)
-    throw std::runtime_error(fmt::format(
-        "--transport {}: could not be made here (the group fell back to {}){}", f.transport,
-        group->transport_name(), group->why_not_tcp().empty() ? "" : ": " + group->why_not_tcp()));
-  return group;
-}
 
 Setup set_up(const Flags& f, apps::SyncMode mode, comm::Timeout comm_timeout) {
   // Before anything heavy: a device that cannot be had fails here, naming the flag.
   const apps::DeviceRequest want = apps::check_device(f.device);
   Setup s;
-  std::shared_ptr<comm::MpiProcessGroup> mpi;
   if (mode == apps::SyncMode::none) {
     if (launched_ranks() > 1)
       throw std::invalid_argument(fmt::format(
           "--sync none trains one process, but the launcher started {}; pick --sync "
           "gather-scatter, allreduce or ddp", launched_ranks()));
   } else {
-    mpi = make_mpi_group(f);
-    s.pg = mpi;
-    s.transport = mpi->transport_name();
-    s.node = node_ranks();
+    const comm::LaunchedGroup launched = comm::launch_group(
+        {.launcher = comm::launcher_from_name(f.launcher), .transport = f.transport,
+         .socket_interface = f.socket_interface, .checking = comm::comm_check_requested_by_env(),
+         .timeout = comm_timeout});
+    s.pg = launched.group;
+    s.transport = launched.transport;
+    s.node = launched.node;
+    s.how = launched.how;
   }
-  s.device = apps::choose_device(want, s.node.rank);
-  s.backend = apps::choose_backend(f.backend, want, f.algo, s.node.size);
+  s.device = apps::choose_device(want, s.node.local_rank);
+  s.backend = apps::choose_backend(f.backend, want, f.algo, s.node.local_size);
   // The training thread's device, before any tensor is made (NCCL's group takes it too).
   if (s.device.device.is_cuda()) set_cuda_device(s.device.device.index);
   s.grad_pg = s.pg;
-  if (mpi && s.backend == "nccl")
+  if (s.pg && s.backend == "nccl")
     s.grad_pg = std::make_shared<comm::NcclProcessGroup>(
-        *mpi, comm::NcclProcessGroupOptions{.device = s.device.device.index, .timeout = comm_timeout});
+        *s.pg, comm::NcclProcessGroupOptions{.device = s.device.device.index, .timeout = comm_timeout});
   return s;
 }
 
@@ -493,7 +466,7 @@ int run(const Flags& f) {
 
   int threads = f.threads;
   if (threads == 0 && pg) {  // share the machine's cores between its ranks
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / setup.node.size);
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / setup.node.local_size);
   }
   if (threads > 0) set_num_threads(threads);
   set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
@@ -565,6 +538,7 @@ int run(const Flags& f) {
                  mode == apps::SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
                                                            f.bucket_cap_mb, f.comm_hook)
                                              : "");
+    if (pg) fmt::print("ranks started by {}\n", setup.how);
   }
   Metrics metrics(lead ? f.metrics : "");
   const bool tty = lead && ::isatty(STDOUT_FILENO);
@@ -797,10 +771,15 @@ int main(int argc, char** argv) {
                  "before the extension (trace.json: trace.rank0.json, trace.rank1.json, ...)");
   app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
                  "allreduce (each gradient after backward) or ddp (bucketed, overlapped); "
-                 "the others under mpiexec -n N")->capture_default_str()
+                 "the others under mpiexec -n N, torchrun or srun")->capture_default_str()
       ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp"}));
   app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce and ddp")->capture_default_str()
       ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
+  app.add_option("--launcher", f.launcher,
+                 "how the ranks were started: mpi (mpiexec, srun with PMI), env (torchrun's "
+                 "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or Slurm's SLURM_PROCID, "
+                 "SLURM_NTASKS: a TCP rendezvous, no MPI), or auto (by the environment)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "env"}));
   app.add_option("--transport", f.transport,
                  "what our allreduce algorithms talk through: auto (shared memory on one node, "
                  "else TCP), shm, tcp or mpi (MPI point to point)")

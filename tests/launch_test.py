@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Ranks of apps/train started by environment variables alone (torchrun's convention:
+RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpiexec, no MPI) train --sync ddp exactly
+as the same ranks started by mpiexec: every iteration's loss equal to the last bit. And a
+rank that never comes, or a RANK out of range, ends in a clear error and a non-zero exit.
+
+usage: launch_test.py TRAIN MPIEXEC"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+train, mpiexec = sys.argv[1], sys.argv[2]
+ARGS = ["--sync", "ddp", "--epochs", "1", "--max-iters", "4", "--threads", "1",
+        "--eval-every", "0", "--log-every", "1"]
+failures = []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra):
+    """This environment without any launcher's variables, plus extra."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f if '"iteration"' in line and '"loss"' in line]
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def env_run(n, metrics, extra_args=(), ranks=None, timeout=120):
+    port = free_port()
+    procs = []
+    for r in (range(n) if ranks is None else ranks):
+        env = clean_env(RANK=r, WORLD_SIZE=n, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                        LOCAL_RANK=r)
+        procs.append(subprocess.Popen([train, *ARGS, "--metrics", metrics, *extra_args], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for n in (2, 3):
+        env_metrics, mpi_metrics = f"{tmp}/env{n}.json", f"{tmp}/mpi{n}.json"
+        codes, outs = env_run(n, env_metrics)
+        check(codes == [0] * n, f"{n} ranks by environment variables: exit codes {codes}")
+        check("ranks started by torchrun variables" in outs[0],
+              f"{n} ranks: the log says how the ranks were started")
+        mpi = subprocess.run([mpiexec, "-n", str(n), train, *ARGS, "--metrics", mpi_metrics],
+                             env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=120)
+        check(mpi.returncode == 0, f"{n} ranks by mpiexec: exit code {mpi.returncode}")
+        a, b = losses(env_metrics), losses(mpi_metrics)
+        check(len(a) == 4 and a == b,
+              f"{n} ranks: losses by environment variables {a} == by mpiexec {b}")
+        if failures:
+            print(outs[0][-2000:], mpi.stdout[-2000:], sep="\n")
+
+    # Rank 1 of 2 never starts: rank 0 names it at the rendezvous timeout, exits non-zero.
+    codes, outs = env_run(2, f"{tmp}/missing.json", ["--comm-timeout", "2"], ranks=[0], timeout=60)
+    check(codes == [1] and "waiting for rank(s) 1 to connect" in outs[0],
+          f"a missing rank is named: exit {codes}, {outs[0].strip()[-200:]!r}")
+    # A RANK outside WORLD_SIZE is named before anything starts.
+    bad = subprocess.run([train, *ARGS], env=clean_env(RANK=2, WORLD_SIZE=2), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    check(bad.returncode != 0 and "RANK='2' is not an integer in 0..1" in bad.stdout,
+          f"a RANK out of range is named: exit {bad.returncode}, {bad.stdout.strip()[-200:]!r}")
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
