@@ -11,7 +11,8 @@
 // the result is a closed form (sum k n(n+1)/2, max k n, min k, avg sum / n). The timed
 // calls then run on zeros (no overflow, no denormals). Time per call: ranks leave a
 // barrier, run a batch of calls, and the slowest rank's batch time counts; the median over
-// batches is reported (at least --repeat batches and --min-ms of timed calls per row).
+// batches is reported, and the spread: busbw of the slowest and the fastest batch (at least
+// --repeat batches and --min-ms of timed calls per row).
 //
 //   mpiexec -n 2 build/bench/collectives                 # table
 //   mpiexec -n 2 build/bench/collectives --json out.json --max-bytes 64M
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -166,6 +168,39 @@ double memcpy_gbps(size_t bytes, std::vector<unsigned char>& a, std::vector<unsi
   return bytes / median(s) / 1e9;
 }
 
+// Seconds per call over the timed batches, each the slowest rank's: the median reported,
+// the fastest and slowest batch as the spread.
+struct Timing {
+  double median = 0, fastest = 0, slowest = 0;
+};
+
+// Warm-up calls, then --repeat batches of calls (enough for --min-ms in all, the batch size
+// agreed on by rank 0), each started together after a barrier on comm.
+Timing time_calls(const std::function<void()>& call, const Options& o, MPI_Comm comm) {
+  const auto w0 = Clock::now();
+  for (int i = 0; i < std::max(1, o.warmup); ++i) call();
+  double per_call = std::chrono::duration<double>(Clock::now() - w0).count() / std::max(1, o.warmup);
+  MPI_Bcast(&per_call, 1, MPI_DOUBLE, 0, comm);
+  const int batch = std::clamp(
+      static_cast<int>(o.min_ms / 1e3 / o.repeat / std::max(per_call, 1e-7)), 1, 100000);
+  std::vector<double> local(o.repeat), slowest(o.repeat);
+  for (int r = 0; r < o.repeat; ++r) {
+    MPI_Barrier(comm);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) call();
+    local[r] = std::chrono::duration<double>(Clock::now() - t0).count() / batch;
+  }
+  MPI_Allreduce(local.data(), slowest.data(), o.repeat, MPI_DOUBLE, MPI_MAX, comm);
+  return {median(slowest), *std::min_element(slowest.begin(), slowest.end()),
+          *std::max_element(slowest.begin(), slowest.end())};
+}
+
+// busbw (GB/s) of `bytes` on n ranks at `seconds` per call; 0 for no time.
+double busbw(size_t bytes, int n, double seconds) {
+  if (seconds <= 0) return 0;
+  return bytes / seconds / 1e9 * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+}
+
 // --backend group|nccl: `pg`'s allreduce on a tensor of `device`, checked against the closed
 // form, then timed as the transports are (rank 0 prints; returns false on a wrong result).
 bool bench_group(ProcessGroup& pg, Device device, const std::string& label, const Options& o,
@@ -177,8 +212,8 @@ bool bench_group(ProcessGroup& pg, Device device, const std::string& label, cons
   if (rank == 0) {
     fmt::print("# ringflow bench/collectives: {} allreduce on {} tensors, {} ranks, dtype {}, op {}\n",
                label, device.str(), n, dtype_name(dtype), reduce_op_name(op));
-    fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>6}\n", "size(B)", "count", "type",
-               "algorithm", "time(us)", "algbw", "busbw", "check");
+    fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>17} {:>6}\n", "size(B)", "count", "type",
+               "algorithm", "time(us)", "algbw", "busbw", "busbw min-max", "check");
   }
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= o.factor) {
     const int64_t count = static_cast<int64_t>(bytes / esize);
@@ -197,31 +232,20 @@ bool bench_group(ProcessGroup& pg, Device device, const std::string& label, cons
       MPI_Allreduce(&wrong, &wrong_any, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
       const bool ok = wrong_any == 0;
       all_ok &= ok;
-      double us = 0;
+      Timing tm;
       if (ok) {
         t.zero_();
-        const auto w0 = Clock::now();
-        for (int i = 0; i < std::max(1, o.warmup); ++i) pg.allreduce(t, co)->wait();
-        // Calls per batch from rank 0's warm-up, the same on every rank.
-        double per_call = std::chrono::duration<double>(Clock::now() - w0).count() / std::max(1, o.warmup);
-        MPI_Bcast(&per_call, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-        const int batch = std::clamp(
-            static_cast<int>(o.min_ms / 1e3 / o.repeat / std::max(per_call, 1e-7)), 1, 100000);
-        std::vector<double> local(o.repeat), slowest(o.repeat);
-        for (int r = 0; r < o.repeat; ++r) {
-          MPI_Barrier(MPI_COMM_WORLD);
-          const auto t0 = Clock::now();
-          for (int i = 0; i < batch; ++i) pg.allreduce(t, co)->wait();
-          local[r] = std::chrono::duration<double>(Clock::now() - t0).count() / batch;
-        }
-        MPI_Allreduce(local.data(), slowest.data(), o.repeat, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        us = median(slowest) * 1e6;
+        tm = time_calls([&] { pg.allreduce(t, co)->wait(); }, o, MPI_COMM_WORLD);
       }
-      const double algbw = us > 0 ? count * esize / (us * 1e-6) / 1e9 : 0;
-      const double busbw = algbw * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+      const double us = tm.median * 1e6, bytes_moved = static_cast<double>(count * esize);
+      const double algbw = us > 0 ? bytes_moved / (us * 1e-6) / 1e9 : 0;
+      const double bw = busbw(count * esize, n, tm.median);
       if (rank == 0) {
-        fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>6}\n", count * esize, count,
-                   dtype_name(dtype), algorithm_name(algo), us, algbw, busbw, ok ? "ok" : "FAIL");
+        fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>17} {:>6}\n", count * esize, count,
+                   dtype_name(dtype), algorithm_name(algo), us, algbw, bw,
+                   fmt::format("{:.3f}-{:.3f}", busbw(count * esize, n, tm.slowest),
+                               busbw(count * esize, n, tm.fastest)),
+                   ok ? "ok" : "FAIL");
         std::fflush(stdout);
       }
     }
@@ -338,11 +362,12 @@ int main(int argc, char** argv) {
       fmt::print("# ringflow bench/collectives: allreduce, {} ranks, dtype {}, op {}, ring segment {} B\n"
                  "# our algorithms' transport: {}\n",
                  n, dtype_name(dtype), reduce_op_name(op), o.segment_bytes, transport_name);
-      fmt::print("# busbw = algbw * 2(n-1)/n; vs_native = busbw / MPI_Allreduce busbw at that size;\n"
+      fmt::print("# busbw = algbw * 2(n-1)/n (median batch; min-max: slowest and fastest batch);\n"
+                 "# vs_native = busbw / MPI_Allreduce busbw at that size;\n"
                  "# memcpy = single-thread memcpy GB/s on rank 0 at that size (the bound)\n");
-      fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>9} {:>10} {:>6}\n", "size(B)",
-                 "count", "type", "algorithm", "time(us)", "algbw", "busbw", "vs_native",
-                 "memcpy", "check");
+      fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11} {:>10} {:>10} {:>17} {:>9} {:>10} {:>6}\n", "size(B)",
+                 "count", "type", "algorithm", "time(us)", "algbw", "busbw", "busbw min-max",
+                 "vs_native", "memcpy", "check");
     }
     nlohmann::json rows = nlohmann::json::array();
     for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= o.factor) {
@@ -364,44 +389,31 @@ int main(int argc, char** argv) {
         if (algo == Algorithm::automatic) {
           name = std::string("auto:") + algorithm_name(choose_allreduce(count * esize, n));
         }
-        double us = 0;
+        Timing tm;
         if (ok) {
           std::memset(buf.data, 0, count * esize);
-          const auto w0 = Clock::now();
-          for (int i = 0; i < std::max(1, o.warmup); ++i) {
-            run(algo, transport, native_comm, buf, op, o.segment_bytes);
-          }
-          // Calls per batch: enough for ~min_ms / repeat, agreed on by rank 0.
-          double per_call = std::chrono::duration<double>(Clock::now() - w0).count() /
-                            std::max(1, o.warmup);
-          MPI_Bcast(&per_call, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-          const int batch = std::clamp(
-              static_cast<int>(o.min_ms / 1e3 / o.repeat / std::max(per_call, 1e-7)), 1, 100000);
-          std::vector<double> local(o.repeat), slowest(o.repeat);
-          for (int r = 0; r < o.repeat; ++r) {
-            MPI_Barrier(comm);
-            const auto t0 = Clock::now();
-            for (int i = 0; i < batch; ++i) run(algo, transport, native_comm, buf, op, o.segment_bytes);
-            local[r] = std::chrono::duration<double>(Clock::now() - t0).count() / batch;
-          }
-          MPI_Allreduce(local.data(), slowest.data(), o.repeat, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-          us = median(slowest) * 1e6;
+          tm = time_calls([&] { run(algo, transport, native_comm, buf, op, o.segment_bytes); }, o, comm);
         } else {
           status = 1;
         }
+        const double us = tm.median * 1e6;
         const double algbw = us > 0 ? count * esize / (us * 1e-6) / 1e9 : 0;
-        const double busbw = algbw * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
-        if (algo == Algorithm::native) native_busbw = busbw;
-        const double vs_native = native_busbw > 0 ? busbw / native_busbw : 0;
+        const double bw = busbw(count * esize, n, tm.median);
+        const double bw_min = busbw(count * esize, n, tm.slowest);
+        const double bw_max = busbw(count * esize, n, tm.fastest);
+        if (algo == Algorithm::native) native_busbw = bw;
+        const double vs_native = native_busbw > 0 ? bw / native_busbw : 0;
         if (rank == 0) {
-          fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>9.2f} {:>10.2f} {:>6}\n",
-                     count * esize, count, dtype_name(dtype), name, us, algbw, busbw, vs_native,
-                     bound, ok ? "ok" : "FAIL");
+          fmt::print("{:>12} {:>11} {:>5} {:>18} {:>11.2f} {:>10.3f} {:>10.3f} {:>17} {:>9.2f} {:>10.2f} {:>6}\n",
+                     count * esize, count, dtype_name(dtype), name, us, algbw, bw,
+                     fmt::format("{:.3f}-{:.3f}", bw_min, bw_max), vs_native, bound,
+                     ok ? "ok" : "FAIL");
           std::fflush(stdout);
           rows.push_back({{"bytes", count * esize}, {"count", count},
                           {"dtype", dtype_name(dtype)}, {"op", reduce_op_name(op)},
                           {"algorithm", name}, {"time_us", us}, {"algbw_GBps", algbw},
-                          {"busbw_GBps", busbw}, {"vs_native", vs_native},
+                          {"busbw_GBps", bw}, {"busbw_min_GBps", bw_min},
+                          {"busbw_max_GBps", bw_max}, {"vs_native", vs_native},
                           {"memcpy_GBps", bound}, {"check", ok ? "ok" : "fail"}});
         }
       }
