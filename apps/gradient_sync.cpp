@@ -45,8 +45,6 @@ GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGro
   if (options_.mode == SyncMode::none) return;
   RF_CHECK(pg_, "--sync ", sync_mode_name(options_.mode), " needs a process group");
   for (const auto& [name, p] : model_->named_parameters()) names_.push_back(name);
-  for (const Tensor& b : model_->buffers())
-    buffer_bytes_ += b.numel() * static_cast<int64_t>(dtype_size(b.dtype()));
   if (options_.mode == SyncMode::ddp) {
     comm::DdpOptions o;
     o.bucket_cap_mb = options_.bucket_cap_mb;
@@ -70,18 +68,13 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
   if (!last) no_sync.emplace(*ddp_);
   Tensor y = ddp_->forward(x);
   const comm::DdpStats st = ddp_->stats();
-  step_.traffic += st.broadcast_traffic;
-  step_.comm_ms += st.broadcast_ms;
-  step_.forward_wait_ms += st.broadcast_ms;
-  if (st.broadcast_start != Clock::time_point{}) {
-    // The training thread waits for the whole broadcast (one collective per dtype): one
-    // event and one wait of the same length.
-    const auto end = st.broadcast_start +
-                     std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double, std::milli>(st.broadcast_ms));
-    step_.events.push_back({"buffers", 0, buffer_bytes_, st.broadcast_traffic,
-                            st.broadcast_start, st.broadcast_start, end, "broadcast"});
-    step_.waits.push_back({"buffer broadcast", st.broadcast_start, end});
+  step_.traffic += st.broadcast.traffic;
+  step_.comm_ms += st.broadcast_ms();
+  step_.forward_wait_ms += st.broadcast_ms();
+  if (st.broadcast.started != Clock::time_point{}) {
+    // The training thread waits for the whole broadcast: the wait is the event.
+    step_.events.push_back(st.broadcast);
+    step_.waits.push_back({"buffer broadcast", st.broadcast.started, st.broadcast.finished});
   }
   return y;
 }
@@ -93,10 +86,7 @@ void GradientSync::after_backward(bool last) {
     step_.comm_ms += st.backward.comm_ms;
     step_.backward_wait_ms += st.backward.wait_ms;
     if (st.backward.synchronized) {
-      for (const comm::BucketEvent& e : st.backward.events) {
-        step_.events.push_back({"bucket " + std::to_string(e.bucket), e.bucket, e.bytes,
-                                e.traffic, e.launched, e.started, e.finished});
-      }
+      step_.events.insert(step_.events.end(), st.backward.events.begin(), st.backward.events.end());
       step_.waits.push_back({"end of backward", st.backward.wait_start, st.backward.backward_end});
     }
     return;
@@ -134,7 +124,7 @@ void GradientSync::after_backward(bool last) {
     e.name = names_[i];
     e.index = static_cast<int>(i);
     e.bytes = g.numel() * static_cast<int64_t>(dtype_size(g.dtype()));
-    e.launched = Clock::now();
+    e.ready = e.launched = Clock::now();
     if (by_collectives) {
       works.push_back(pg_->reduce(g, o));
       works.push_back(pg_->broadcast(g, o));
@@ -151,9 +141,7 @@ void GradientSync::after_backward(bool last) {
       w.wait();
       step_.traffic += w.traffic();
       step_.comm_ms += ms_between(w.start_time(), w.end_time());
-      e.traffic += w.traffic();
-      if (j == 0) e.started = w.start_time();
-      e.finished = w.end_time();
+      e.add(w);
     }
   }
   const auto end = Clock::now();

@@ -39,19 +39,7 @@ struct SyncOptions {
   bool gather_scatter_by_collectives = false;
 };
 
-// One collective of a step, as the communication thread ran it.
-struct CommEvent {
-  using Clock = std::chrono::steady_clock;
-  std::string name;   // "bucket 2" (ddp), the parameter's name (gather-scatter, allreduce),
-                      // "buffers" (ddp's broadcast before forward)
-  int index = 0;      // the bucket's or the parameter's, in issue order
-  int64_t bytes = 0;  // payload
-  comm::Traffic traffic;
-  Clock::time_point launched;  // issued by the training thread
-  Clock::time_point started;   // the communication thread began it
-  Clock::time_point finished;  // ... and ended it
-  const char* collective = "allreduce";  // or "broadcast", "reduce+broadcast"
-};
+using comm::CommEvent;  // one collective of a step (comm/group/comm_event.h)
 
 // A stretch of time the training thread spent waiting for communication.
 struct CommWait {
@@ -98,7 +86,6 @@ class GradientSync {
   SyncOptions options_;
   std::unique_ptr<comm::DistributedDataParallel> ddp_;
   std::vector<std::string> names_;  // of the parameters, in model_->parameters() order
-  int64_t buffer_bytes_ = 0;        // ddp: the buffers it broadcasts before each forward
   StepComm step_;
 };
 

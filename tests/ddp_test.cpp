@@ -99,8 +99,9 @@ Traffic expected_bucket_traffic(const DistributedDataParallel& ddp, Algorithm al
                                 size_t elem_bytes) {
   Traffic t;
   const ProcessGroup& pg = ddp.process_group();
-  for (const BucketEvent& e : ddp.stats().backward.events) {
-    t += allreduce_traffic(algo, e.elements, elem_bytes, pg.size(), pg.rank());
+  for (const CommEvent& e : ddp.stats().backward.events) {
+    t += allreduce_traffic(algo, e.bytes / static_cast<int64_t>(elem_bytes), elem_bytes, pg.size(),
+                           pg.rank());
   }
   return t;
 }
@@ -205,7 +206,7 @@ TEST_CASE("ddp: bytes per rank per iteration equal the theory (ring, naive)") {
     CHECK(st.traffic().sent == want.sent);
     CHECK(st.traffic().received == want.received);
     CHECK((n == 1 || st.traffic().measured));
-    CHECK(st.broadcast_traffic.sent == 0);  // the mlp has no buffers
+    CHECK(st.broadcast.traffic.sent == 0);  // the mlp has no buffers
 
     // And the issue's closed forms on S = the gradients' bytes.
     const int64_t s = st.backward.gradient_bytes;
@@ -272,7 +273,7 @@ TEST_CASE("ddp: BatchNorm buffers are rank 0's before every training forward; ev
     CHECK(identical_across_ranks(*pg, model->buffers()) == (broadcast || n == 1));
     CHECK(identical_across_ranks(*pg, model->parameters()));  // conv gradients in buckets
     if (broadcast && n > 1) {
-      CHECK(ddp.stats().broadcast_traffic.received == (r == 0 ? 0 : 2 * 4 * (16 + 32) + 2 * 8));
+      CHECK(ddp.stats().broadcast.traffic.received == (r == 0 ? 0 : 2 * 4 * (16 + 32) + 2 * 8));
     }
     // Rank 0 alone evaluates: no collective, or the barrier below would mismatch.
     if (r == 0) {
@@ -433,7 +434,7 @@ TEST_CASE("ddp: buckets are rebuilt in the order the gradients became ready") {
   sum(ddp(x.narrow(0, 2 * r, 2).contiguous())).backward();
   div(sum((*ref)(x)), static_cast<double>(n)).backward();
   CHECK(max_rel_diff(grads(*model), grads(*ref)) <= 1e-6);
-  const int64_t first = ddp.stats().backward.events.front().elements;
+  const int64_t first = ddp.stats().backward.events.front().bytes / 4;  // f32
   CHECK((first == 3 || first == 24));  // head.bias or head.weight
 }
 

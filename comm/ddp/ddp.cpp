@@ -153,7 +153,7 @@ Traffic broadcast_coalesced(ProcessGroup& pg, const std::vector<Tensor>& tensors
 
 Traffic DdpStats::traffic() const {
   Traffic t = backward.traffic;
-  t += broadcast_traffic;
+  t += broadcast.traffic;
   return t;
 }
 
@@ -208,18 +208,18 @@ void DistributedDataParallel::broadcast_state() {
 void DistributedDataParallel::broadcast_buffers() {
   const std::vector<Tensor> buffers = module_->buffers();
   if (buffers.empty() || pg_->size() == 1) return;
-  const auto start = Clock::now();
-  broadcast_start_ = start;
-  broadcast_traffic_ = broadcast_coalesced(*pg_, buffers, /*root=*/0, options_.timeout);
-  broadcast_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  // One event for the coalesced broadcast (a collective per dtype), waited for as a whole.
+  broadcast_.collective = "broadcast";
+  broadcast_.launched = broadcast_.ready = broadcast_.started = Clock::now();
+  for (const Tensor& b : buffers) broadcast_.bytes += b.numel() * static_cast<int64_t>(dtype_size(b.dtype()));
+  broadcast_.traffic = broadcast_coalesced(*pg_, buffers, /*root=*/0, options_.timeout);
+  broadcast_.finished = Clock::now();
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   // Evaluation is local: rank 0 alone may run it without the others.
   if (!module_->is_training() || !grad_mode_enabled()) return module_->forward(x);
-  broadcast_traffic_ = {};
-  broadcast_ms_ = 0;
-  broadcast_start_ = {};
+  broadcast_ = {.name = "buffers"};
   if (options_.broadcast_buffers) broadcast_buffers();
   return reducer_->prepare_for_backward(module_->forward(x), require_sync_);
 }
@@ -229,7 +229,7 @@ void DistributedDataParallel::register_comm_hook(std::shared_ptr<CommHook> hook)
 }
 
 DdpStats DistributedDataParallel::stats() const {
-  return {reducer_->stats(), broadcast_traffic_, broadcast_ms_, broadcast_start_};
+  return {reducer_->stats(), broadcast_};
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {

@@ -45,13 +45,14 @@ struct DdpOptions {
 // reduced in backward.
 struct DdpStats {
   ReducerStats backward;
-  Traffic broadcast_traffic;
-  double broadcast_ms = 0;  // the training thread waits for it: all of it is exposed
-  std::chrono::steady_clock::time_point broadcast_start;  // when it began (none: default)
+  // The buffers' broadcast before the last forward ("buffers"; bytes 0 and no times when
+  // there was none). The training thread waits for it: all of it is exposed.
+  CommEvent broadcast;
 
   Traffic traffic() const;
-  double comm_ms() const { return backward.comm_ms + broadcast_ms; }
-  double exposed_ms() const { return backward.wait_ms + broadcast_ms; }
+  double broadcast_ms() const { return broadcast.ms(); }
+  double comm_ms() const { return backward.comm_ms + broadcast_ms(); }
+  double exposed_ms() const { return backward.wait_ms + broadcast_ms(); }
   // 1 - exposed / total communication time: the share of communication hidden behind
   // backward's computation (0 without communication; clamped to [0, 1]).
   double overlap() const;
@@ -109,9 +110,7 @@ class DistributedDataParallel {
   std::vector<std::string> names_;  // of the parameters the reducer synchronises
   std::shared_ptr<Reducer> reducer_;
   bool require_sync_ = true;
-  Traffic broadcast_traffic_;
-  double broadcast_ms_ = 0;
-  std::chrono::steady_clock::time_point broadcast_start_;
+  CommEvent broadcast_;
 };
 
 // Verifies that every rank of `pg` passes the same list of entries (here: parameters' and

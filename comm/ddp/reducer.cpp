@@ -121,8 +121,8 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> assignment) {
       bucket_of_[i] = k;
       offset += n;
     }
-    b.event.bucket = static_cast<int>(k);
-    b.event.elements = total;
+    b.event.name = "bucket " + std::to_string(k);
+    b.event.index = static_cast<int>(k);
     b.event.bytes = total * static_cast<int64_t>(dtype_size(first.dtype()));
   }
   // Gradients already there (a model trained before, or the buckets being rebuilt) move in.
@@ -151,9 +151,9 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool sync) {
   for (Bucket& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.reduction = {};
-    BucketEvent fresh;
-    fresh.bucket = b.event.bucket;
-    fresh.elements = b.event.elements;
+    CommEvent fresh;
+    fresh.name = b.event.name;
+    fresh.index = b.event.index;
     fresh.bytes = b.event.bytes;
     b.event = fresh;
     stats_.gradient_bytes += b.event.bytes;
@@ -292,12 +292,9 @@ void Reducer::finalize() {
   }
   for (Bucket& b : buckets_) {
     b.reduction.wait();
-    const Work& w = *b.reduction.work;
-    b.event.started = w.start_time();
-    b.event.finished = w.end_time();
-    b.event.traffic = w.traffic();
+    b.event.add(*b.reduction.work);
     stats_.traffic += b.event.traffic;
-    stats_.comm_ms += ms_between(b.event.started, b.event.finished);
+    stats_.comm_ms += b.event.ms();
     stats_.events.push_back(b.event);
     b.reduction = {};  // frees what the hook kept (fp16: the compressed copy)
   }

@@ -17,6 +17,7 @@
 
 #include "ringflow/comm/ddp/buckets.h"
 #include "ringflow/comm/ddp/comm_hooks.h"
+#include "ringflow/comm/group/comm_event.h"
 #include "ringflow/comm/group/process_group.h"
 #include "ringflow/framework/tensor.h"
 
@@ -37,19 +38,6 @@ struct ReducerOptions {
   std::shared_ptr<CommHook> comm_hook;  // null: AllreduceAverageHook
 };
 
-// One bucket's reduction in the last synchronised backward (for reports and traces).
-struct BucketEvent {
-  using Clock = std::chrono::steady_clock;
-  int bucket = 0;
-  int64_t elements = 0;
-  int64_t bytes = 0;  // payload: elements x the dtype's size
-  Traffic traffic;
-  Clock::time_point ready;     // its last gradient arrived
-  Clock::time_point launched;  // handed to the comm hook (after every earlier bucket)
-  Clock::time_point started;   // the communication thread began the collective
-  Clock::time_point finished;  // ... and ended it
-};
-
 // The last backward's communication, as the reducer saw it.
 struct ReducerStats {
   using Clock = std::chrono::steady_clock;
@@ -63,7 +51,7 @@ struct ReducerStats {
   Clock::time_point backward_start;  // backward reached the module's output
   Clock::time_point wait_start;      // the end of backward began waiting for the buckets
   Clock::time_point backward_end;    // every bucket reduced
-  std::vector<BucketEvent> events;
+  std::vector<CommEvent> events;  // one per bucket ("bucket N"), in launch order
 };
 
 class Reducer : public std::enable_shared_from_this<Reducer> {
@@ -97,7 +85,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     std::vector<size_t> params;  // parameter indices, in order within the buffer
     int pending = 0;             // gradients not yet ready in this backward
     BucketReduction reduction;   // in flight between launch and the end of backward
-    BucketEvent event;
+    CommEvent event;
   };
 
   void build_buckets(std::vector<std::vector<size_t>> assignment);
