@@ -1,0 +1,114 @@
+#include "ringflow/apps/report.h"
+
+#include <fmt/core.h>
+
+#include <tuple>
+
+#include "ringflow/framework/ringflow.h"
+
+namespace ringflow::apps {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The epoch's figures and the logged iterations' over every rank, in the two allreduces
+// (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
+// collective of their own, which is why under mpiexec they reach the metrics file at the
+// end of the epoch. Without a group, this rank's as mean and max.
+AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
+  std::vector<double> v;
+  const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
+                                     : Figures{};
+  mine.append_to(v);
+  v.insert(v.end(), {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
+                     static_cast<double>(s.batches)});
+  for (const IterationRecord& r : s.logged) {
+    r.figures.append_to(v);
+    v.insert(v.end(), {r.loss, r.correct, r.seen});
+  }
+  std::vector<double> sum = v, max = v;
+  double world = 1;
+  if (pg && pg->size() > 1) {
+    world = pg->size();
+    const int64_t n = static_cast<int64_t>(v.size());
+    Tensor sum_t = from_vector(v, {n}, DType::f64), max_t = sum_t.clone();
+    comm::CollectiveOptions o;
+    o.timeout = timeout;
+    o.op = comm::ReduceOp::sum;
+    auto a = pg->allreduce(sum_t, o);
+    o.op = comm::ReduceOp::max;
+    auto b = pg->allreduce(max_t, o);
+    a->wait();
+    b->wait();
+    sum = sum_t.to_vector<double>();
+    max = max_t.to_vector<double>();
+  }
+  AcrossRanks r;
+  const double* ps = sum.data();
+  const double* pm = max.data();
+  r.mean = Figures::read(ps).divided(world);
+  r.max = Figures::read(pm);
+  r.loss_sum = *ps++;
+  r.correct = static_cast<int64_t>(*ps++);
+  r.seen = static_cast<int64_t>(*ps++);
+  r.batches = static_cast<int64_t>(*ps++);
+  pm += 4;
+  for (const IterationRecord& mine_it : s.logged) {
+    AcrossRanks::Iteration it{&mine_it, Figures::read(ps).divided(world), Figures::read(pm)};
+    it.loss = *ps++ / world;
+    it.correct = *ps++;
+    it.seen = *ps++;
+    pm += 3;
+    r.logged.push_back(it);
+  }
+  return r;
+}
+
+// The phases, and with a group the communication figures: means under the plain names
+// (data_ms, comm_total_ms, overlap, ...), max_* beside them.
+void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
+  for (int p = 0; p < kPhases; ++p) {
+    j[std::string(kPhaseNames[p]) + "_ms"] = mean.phase_ms[p];
+    if (max) j["max_" + std::string(kPhaseNames[p]) + "_ms"] = max->phase_ms[p];
+  }
+  if (!max) return;
+  for (const auto& [key, a, b] : {std::tuple{"comm_total_ms", mean.comm_total_ms, max->comm_total_ms},
+                                  std::tuple{"bytes_sent", mean.bytes_sent, max->bytes_sent},
+                                  std::tuple{"bytes_received", mean.bytes_received, max->bytes_received},
+                                  std::tuple{"overlap", mean.overlap, max->overlap}}) {
+    j[key] = a;
+    j[std::string("max_") + key] = b;
+  }
+}
+
+// Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
+// largest rank's figure (each row its own slowest rank). One process: its own figures.
+void print_epoch_table(const AcrossRanks& a, int world, bool distributed) {
+  const Figures& m = a.mean;
+  const Figures& x = a.max;
+  auto row = [&](const char* label, double mean, double max, const char* unit, bool share) {
+    std::string line = fmt::format("  {:<28}{:>10.{}f} {:<2}", label, mean, unit[0] == 'M' ? 2 : 1, unit);
+    line += share ? fmt::format(" ({:3.0f}%)", m.step_ms > 0 ? 100 * mean / m.step_ms : 0.0)
+                  : std::string(7, ' ');
+    if (distributed) line += fmt::format("{:>12.{}f} {}", max, unit[0] == 'M' ? 2 : 1, unit);
+    line.erase(line.find_last_not_of(' ') + 1);
+    fmt::print("{}\n", line);
+  };
+  if (distributed) {
+    fmt::print("  {:<28}{:>12}{:>22}\n", fmt::format("per iteration, {} ranks", world), "mean",
+               "max");
+  }
+  for (int p = 0; p < kPhases; ++p) {
+    if (p == kComm && !distributed) continue;  // one process: nothing to wait for
+    row(kPhaseLabels[p], m.phase_ms[p], x.phase_ms[p], "ms", /*share=*/true);
+  }
+  row("iteration", m.step_ms, x.step_ms, "ms", false);
+  if (!distributed) return;
+  row("comm total (comm thread)", m.comm_total_ms, x.comm_total_ms, "ms", false);
+  row("sent", m.bytes_sent / 1e6, x.bytes_sent / 1e6, "MB", false);
+  row("received", m.bytes_received / 1e6, x.bytes_received / 1e6, "MB", false);
+  row("overlap (1 - exposed/total)", 100 * m.overlap, 100 * x.overlap, "%", false);
+}
+
+}  // namespace ringflow::apps

@@ -1,0 +1,143 @@
+// train's measurements and reports: one rank's figures per iteration (phases, bytes,
+// overlap), the epoch's over every rank (mean and max, in two allreduces), rank 0's table
+// and the JSON-lines metrics.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ringflow/comm/group/process_group.h"
+
+namespace ringflow::apps {
+
+using Clock = std::chrono::steady_clock;
+
+// forward and backward are compute only; comm is the time the training thread waited for
+// communication (ddp's buffer broadcast and end-of-backward wait, or the reduction after
+// backward of gather-scatter and allreduce).
+enum Phase { kData, kForward, kBackward, kComm, kOptimizer, kPhases };
+inline constexpr const char* kPhaseNames[kPhases] = {"data", "forward", "backward", "comm", "optimizer"};
+inline constexpr const char* kPhaseLabels[kPhases] = {"data wait", "forward", "backward compute",
+                                               "comm wait (exposed)", "optimizer"};
+
+double ms_between(Clock::time_point a, Clock::time_point b);
+inline double ms_since(Clock::time_point t) { return ms_between(t, Clock::now()); }
+
+// One rank's timings and bytes for one iteration, or per iteration averaged over an epoch.
+struct Figures {
+  double phase_ms[kPhases] = {};
+  double step_ms = 0;
+  double comm_total_ms = 0;  // the communication thread's time
+  double bytes_sent = 0, bytes_received = 0;
+  double overlap = 0;  // 1 - exposed / comm_total_ms (0 without communication)
+  static constexpr size_t kValues = kPhases + 5;
+
+  Figures& operator+=(const Figures& o) {
+    for (int p = 0; p < kPhases; ++p) phase_ms[p] += o.phase_ms[p];
+    step_ms += o.step_ms;
+    comm_total_ms += o.comm_total_ms;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    return *this;  // overlap is not additive: see with_overlap()
+  }
+  Figures divided(double n) const {
+    Figures r;
+    for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = phase_ms[p] / n;
+    r.step_ms = step_ms / n;
+    r.comm_total_ms = comm_total_ms / n;
+    r.bytes_sent = bytes_sent / n;
+    r.bytes_received = bytes_received / n;
+    r.overlap = overlap / n;
+    return r;
+  }
+  Figures with_overlap() const {
+    Figures r = *this;
+    r.overlap = comm_total_ms > 0 ? std::clamp(1 - phase_ms[kComm] / comm_total_ms, 0.0, 1.0) : 0;
+    return r;
+  }
+  void append_to(std::vector<double>& v) const {
+    v.insert(v.end(), phase_ms, phase_ms + kPhases);
+    v.insert(v.end(), {step_ms, comm_total_ms, bytes_sent, bytes_received, overlap});
+  }
+  static Figures read(const double*& p) {
+    Figures f;
+    for (double& x : f.phase_ms) x = *p++;
+    f.step_ms = *p++;
+    f.comm_total_ms = *p++;
+    f.bytes_sent = *p++;
+    f.bytes_received = *p++;
+    f.overlap = *p++;
+    return f;
+  }
+};
+
+// A logged iteration (every --log-every), as one rank saw it.
+struct IterationRecord {
+  int64_t step = 0, global_iteration = 0;
+  Figures figures;
+  double loss = 0;  // this rank's, averaged over the iterations since the last record
+  double correct = 0, seen = 0;  // this iteration's
+  static constexpr size_t kValues = Figures::kValues + 3;
+};
+
+struct EpochStats {
+  Figures sum;  // over the iterations after the first
+  int64_t timed_steps = 0;
+  double loss_sum = 0;  // over micro-batches
+  int64_t correct = 0, seen = 0, batches = 0;
+  std::vector<IterationRecord> logged;
+};
+
+// What rank 0 reports: means over the ranks and maxima (the slowest rank of each figure);
+// loss, accuracy and counts summed over the ranks.
+struct AcrossRanks {
+  Figures mean, max;  // per iteration
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0, batches = 0;
+  struct Iteration {
+    const IterationRecord* mine;
+    Figures mean, max;
+    double loss = 0;  // the mean over ranks: the loss of the global batch
+    double correct = 0, seen = 0;
+  };
+  std::vector<Iteration> logged;
+};
+
+// The epoch's figures and the logged iterations' over every rank, in the two allreduces
+// (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
+// collective of their own, which is why under mpiexec they reach the metrics file at the
+// end of the epoch. Without a group, this rank's as mean and max.
+AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout);
+
+// The phases, and with a group the communication figures: means under the plain names
+// (data_ms, comm_total_ms, overlap, ...), max_* beside them.
+void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max);
+
+// Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
+// largest rank's figure (each row its own slowest rank). One process: its own figures.
+void print_epoch_table(const AcrossRanks& a, int world, bool distributed);
+
+// --metrics: JSON lines appended to the file (none when the path is empty).
+class Metrics {
+ public:
+  explicit Metrics(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    if (!out_) throw std::runtime_error("--metrics: cannot open '" + path + "' for writing");
+  }
+  void write(const nlohmann::json& j) {
+    if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace ringflow::apps

@@ -1,0 +1,115 @@
+#include "ringflow/apps/setup.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+
+#include "ringflow/comm/bootstrap/launch.h"
+#include "ringflow/comm/group/launch_group.h"
+#include "ringflow/comm/group/mpi_process_group.h"
+#include "ringflow/comm/group/nccl_process_group.h"
+
+namespace ringflow::apps {
+
+comm::Algorithm algorithm_from_flag(const std::string& name) {
+  return name == "rd" ? comm::Algorithm::recursive_doubling : comm::algorithm_from_name(name);
+}
+
+// The number of processes the launcher started, read from its environment (MPICH's Hydra
+// sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, torchrun WORLD_SIZE, srun SLURM_NTASKS),
+// without initialising MPI: --sync none must not, so that a plain single-process run stays one.
+namespace {
+
+int launched_ranks() {
+  for (const char* var : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  }
+  const std::optional<comm::EnvLaunch> env = comm::env_launch();
+  return env ? env->size : 1;
+}
+
+}  // namespace
+
+
+
+Data open_data(const Flags& f, const Shape& model_input) {
+  Data d;
+  if (f.dataset == "fashion-mnist") {
+    const std::string dir = f.data_dir.empty() ? data::kFashionMnistDir : f.data_dir;
+    d.train = data::Mnist::open(dir, /*train=*/true);
+    d.test = data::Mnist::open(dir, /*train=*/false);
+    auto norm = std::make_shared<data::Normalize>(std::vector<float>{0.2860f}, std::vector<float>{0.3530f});
+    d.train_transforms = d.test_transforms = {norm};
+  } else if (f.dataset == "cifar10") {
+    const std::string dir = f.data_dir.empty() ? "data/cifar-10-batches-bin" : f.data_dir;
+    d.train = data::Cifar10::open(dir, /*train=*/true);
+    d.test = data::Cifar10::open(dir, /*train=*/false);
+    auto norm = std::make_shared<data::Normalize>(std::vector<float>{0.4914f, 0.4822f, 0.4465f},
+                                                  std::vector<float>{0.2470f, 0.2435f, 0.2616f});
+    d.train_transforms = {std::make_shared<data::RandomCrop>(4),
+                          std::make_shared<data::RandomHorizontalFlip>(), norm};
+    d.test_transforms = {norm};
+  } else {  // synthetic: the model's input shape
+    d.train = std::make_shared<data::SyntheticDataset>(
+        data::SyntheticOptions{.size = 10000, .image_shape = model_input, .seed = f.seed});
+    d.test = std::make_shared<data::SyntheticDataset>(
+        data::SyntheticOptions{.size = 1000, .image_shape = model_input, .seed = f.seed + 1});
+  }
+  if (d.train->image_shape() != model_input)
+    throw std::invalid_argument(fmt::format(
+        "--model {} takes images of shape {}, but --dataset {} has {}", f.model,
+        shape_str(model_input), f.dataset, shape_str(d.train->image_shape())));
+  return d;
+}
+
+std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
+  const int64_t main_epochs = std::max(1, f.epochs - f.warmup_epochs);
+  std::shared_ptr<const optim::LRSchedule> main;
+  if (f.schedule == "none") main = std::make_shared<optim::StepLR>(1, 1.0);
+  else if (f.schedule == "step") main = std::make_shared<optim::StepLR>(std::max<int64_t>(1, main_epochs / 3));
+  else if (f.schedule == "multistep")
+    main = std::make_shared<optim::MultiStepLR>(std::vector<int64_t>{main_epochs / 2, main_epochs * 3 / 4});
+  else main = std::make_shared<optim::CosineAnnealingLR>(main_epochs);
+  if (f.warmup_epochs == 0) return main;
+  auto warmup = std::make_shared<optim::LinearLR>(0.1, 1.0, f.warmup_epochs);
+  return std::make_shared<optim::SequentialLR>(
+      std::vector<std::shared_ptr<const optim::LRSchedule>>{warmup, main},
+      std::vector<int64_t>{f.warmup_epochs});
+}
+
+
+
+Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
+  // Before anything heavy: a device that cannot be had fails here, naming the flag.
+  const DeviceRequest want = check_device(f.device);
+  Setup s;
+  if (mode == SyncMode::none) {
+    if (launched_ranks() > 1)
+      throw std::invalid_argument(fmt::format(
+          "--sync none trains one process, but the launcher started {}; pick --sync "
+          "gather-scatter, allreduce or ddp", launched_ranks()));
+  } else {
+    const comm::LaunchedGroup launched = comm::launch_group(
+        {.launcher = comm::launcher_from_name(f.launcher), .transport = f.transport,
+         .socket_interface = f.socket_interface, .checking = comm::comm_check_requested_by_env(),
+         .timeout = comm_timeout});
+    s.pg = launched.group;
+    s.transport = launched.transport;
+    s.node = launched.node;
+    s.how = launched.how;
+  }
+  s.device = choose_device(want, s.node.local_rank);
+  s.backend = choose_backend(f.backend, want, f.algo, s.node.local_size);
+  // The training thread's device, before any tensor is made (NCCL's group takes it too).
+  if (s.device.device.is_cuda()) set_cuda_device(s.device.device.index);
+  s.grad_pg = s.pg;
+  if (s.pg && s.backend == "nccl")
+    s.grad_pg = std::make_shared<comm::NcclProcessGroup>(
+        *s.pg, comm::NcclProcessGroupOptions{.device = s.device.device.index, .timeout = comm_timeout});
+  return s;
+}
+
+}  // namespace ringflow::apps

@@ -1,0 +1,48 @@
+// What train sets up from its flags before the first step: the process group the launcher
+// calls for (comm/group/launch_group.h) and the device, the data sets, the learning-rate
+// schedule.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringflow/apps/device_choice.h"
+#include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/train_flags.h"
+#include "ringflow/comm/bootstrap/bootstrap.h"
+#include "ringflow/framework/ringflow.h"
+
+namespace ringflow::apps {
+
+// Where a rank trains and which groups carry its collectives.
+struct Setup {
+  DeviceChoice device;
+  std::string backend;                          // the gradients' group: "mpi" or "nccl"
+  std::shared_ptr<comm::ProcessGroup> pg;       // MPI (the CPU-side statistics); null: --sync none
+  std::shared_ptr<comm::ProcessGroup> grad_pg;  // the gradients': pg, or NCCL's over it
+  std::string transport;                        // what our allreduce algorithms talk through
+  comm::NodeRanks node;
+  std::string how;                              // how the ranks were started (launch_group)
+};
+
+// Collective under a launcher (every rank calls it): the groups, the device. --sync none
+// under a launcher of several ranks throws, naming the flag.
+Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout);
+
+struct Data {
+  std::shared_ptr<const data::Dataset> train, test;
+  std::vector<std::shared_ptr<const data::Transform>> train_transforms, test_transforms;
+};
+
+// The --dataset's training and test sets with their transforms; throws where the model
+// takes images of another shape.
+Data open_data(const Flags& f, const Shape& model_input);
+
+// The --schedule (stepped per epoch), after --warmup-epochs of linear warm-up.
+std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f);
+
+// --algo's names ("rd": recursive doubling).
+comm::Algorithm algorithm_from_flag(const std::string& name);
+
+}  // namespace ringflow::apps

@@ -1,0 +1,105 @@
+#include "ringflow/apps/train_flags.h"
+
+#include <fmt/core.h>
+
+#include <stdexcept>
+
+#include "ringflow/framework/ringflow.h"
+#include "ringflow/models/registry.h"
+
+namespace ringflow::apps {
+namespace {
+
+
+// CLI11's PositiveNumber prints the whole double range in its message; say it plainly.
+CLI::Validator bound(double limit, bool inclusive) {
+  return CLI::Validator(
+      [=](std::string& s) {
+        double v = 0;
+        try { v = std::stod(s); } catch (const std::exception&) { return "not a number: " + s; }
+        if (inclusive ? v >= limit : v > limit) return std::string();
+        return fmt::format("must be {} {}, got {}", inclusive ? ">=" : ">", limit, s);
+      },
+      fmt::format("{} {}", inclusive ? ">=" : ">", limit));
+}
+
+}  // namespace
+
+void add_flags(CLI::App& app, Flags& f) {
+  const auto above0 = bound(0, false), at_least0 = bound(0, true);
+  app.add_option("--model", f.model, "model name")->capture_default_str()
+      ->check(CLI::IsMember(models::model_names()));
+  app.add_option("--dataset", f.dataset, "data set")->capture_default_str()
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic"}));
+  app.add_option("--data-dir", f.data_dir, "folder of the data set's files (default: "
+                 "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin)");
+  app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(above0);
+  auto* local_batch = app.add_option("--batch-size,--local-batch", f.batch_size,
+                                     "images per step, per rank and micro-batch (weak scaling)")
+      ->capture_default_str()->check(above0);
+  app.add_option("--global-batch", f.global_batch, "images per step over all ranks and micro-batches; "
+                 "each rank takes its share (strong scaling)")->check(above0)->excludes(local_batch);
+  app.add_option("--lr", f.lr, "SGD learning rate")->capture_default_str()->check(above0);
+  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weight-decay", f.weight_decay, "SGD weight decay")->capture_default_str()->check(at_least0);
+  app.add_option("--schedule", f.schedule, "learning-rate schedule over the epochs")->capture_default_str()
+      ->check(CLI::IsMember({"none", "step", "multistep", "cosine"}));
+  app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up epochs before the schedule")
+      ->capture_default_str()->check(at_least0);
+  app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
+                 "between its ranks)")->capture_default_str()->check(at_least0);
+  app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
+                 "included) or direct (the plain sum, as PyTorch's)")
+      ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
+  app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
+                 "(the GPU when one is usable, else the CPU)")->capture_default_str();
+  app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
+                 "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
+      ->capture_default_str()->check(at_least0);
+  app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();
+  app.add_option("--log-every", f.log_every, "iterations between loss lines")->capture_default_str()->check(above0);
+  app.add_option("--max-iters", f.max_iters, "stop each epoch after this many iterations (0: all)")
+      ->capture_default_str()->check(at_least0);
+  app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations (0: none, "
+                 "e.g. for timing runs)")->capture_default_str()->check(at_least0);
+  app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
+  app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
+  app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file "
+                 "(rank 0); under mpiexec each iteration's line, with the mean and max over the "
+                 "ranks, is written at the end of its epoch");
+  app.add_option("--trace", f.trace, "write a Chrome trace-event JSON of every iteration (opens "
+                 "in ui.perfetto.dev, chrome://tracing): compute spans on one track, each "
+                 "collective on another; under mpiexec one file per rank, the rank inserted "
+                 "before the extension (trace.json: trace.rank0.json, trace.rank1.json, ...)");
+  app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
+                 "allreduce (each gradient after backward) or ddp (bucketed, overlapped); "
+                 "the others under mpiexec -n N, torchrun or srun")->capture_default_str()
+      ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp"}));
+  app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce and ddp")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
+  app.add_option("--launcher", f.launcher,
+                 "how the ranks were started: mpi (mpiexec, srun with PMI), env (torchrun's "
+                 "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or Slurm's SLURM_PROCID, "
+                 "SLURM_NTASKS: a TCP rendezvous, no MPI), or auto (by the environment)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "env"}));
+  app.add_option("--transport", f.transport,
+                 "what our allreduce algorithms talk through: auto (shared memory on one node, "
+                 "else TCP), shm, tcp or mpi (MPI point to point)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
+  app.add_option("--socket-interface", f.socket_interface,
+                 "--transport tcp: the network interface (default: the first up, not loopback)");
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "ddp: MiB per gradient bucket (0: one per parameter)")
+      ->capture_default_str()->check(at_least0);
+  app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
+                 "(no communication, gradients stay local: a reference for measurements only)")
+      ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));
+  app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
+               "after each forward");
+  app.add_option("--grad-accum", f.grad_accum, "micro-batches per optimizer step (ddp: no_sync "
+                 "for all but the last)")->capture_default_str()->check(bound(1, true));
+  app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
+                 "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
+}
+
+}  // namespace ringflow::apps

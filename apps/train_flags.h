@@ -1,0 +1,45 @@
+// train's flags: what they hold and how CLI11 reads them (`train --help` lists them).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace ringflow::apps {
+
+struct Flags {
+  std::string model = "small_cnn";
+  std::string dataset = "fashion-mnist";
+  std::string data_dir;  // default: the data set's usual place
+  int epochs = 2;
+  int64_t batch_size = 32;
+  double lr = 0.02, momentum = 0.9, weight_decay = 0.0;
+  std::string schedule = "cosine";
+  int warmup_epochs = 0;
+  int threads = 0;
+  std::string conv_algo = "auto";
+  std::string device = "auto", backend = "auto";
+  uint64_t seed = 0;
+  int log_every = 20;
+  int64_t max_iters = 0;
+  int eval_every = 1;
+  int workers = 1;
+  std::string checkpoint, resume, metrics, trace;
+  // Data parallelism.
+  std::string sync = "none";
+  std::string algo = "auto";
+  std::string launcher = "auto";
+  std::string transport = "auto", socket_interface;
+  double bucket_cap_mb = 25;
+  std::string comm_hook = "allreduce";
+  bool find_unused = false;
+  int64_t global_batch = 0;  // 0: --batch-size per rank
+  int grad_accum = 1;
+  double comm_timeout_s = 300;
+};
+
+// Adds every flag of train to app, bound to f.
+void add_flags(CLI::App& app, Flags& f);
+
+}  // namespace ringflow::apps
