@@ -231,7 +231,7 @@ void Trainer::make_data_and_model() {
 // Every rank reads the checkpoint (its optimizer state is its own).
 void Trainer::resume() {
   if (f_.resume.empty()) return;
-  const Checkpoint c = load_checkpoint(f_.resume, *model_, *sgd_);
+  const Checkpoint c = load_checkpoint(f_.resume, *model_, *sgd_, {.model_only = f_.resume_model_only});
   for (const auto& [key, value] : info_)
     if (c.info.count(key) && c.info.at(key) != value)
       throw std::invalid_argument(fmt::format("--resume {}: the checkpoint is of {} '{}', not '{}'",

@@ -65,6 +65,8 @@ void add_flags(CLI::App& app, Flags& f) {
                  "e.g. for timing runs)")->capture_default_str()->check(at_least0);
   app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
+  app.add_flag("--resume-model-only", f.resume_model_only, "--resume: the model's weights alone "
+               "(the optimizer starts afresh; for a file without optimizer state)");
   app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file "
                  "(rank 0); under mpiexec each iteration's line, with the mean and max over the "
                  "ranks, is written at the end of its epoch");

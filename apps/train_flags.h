@@ -26,6 +26,7 @@ struct Flags {
   int eval_every = 1;
   int workers = 1;
   std::string checkpoint, resume, metrics, trace;
+  bool resume_model_only = false;
   // Data parallelism.
   std::string sync = "none";
   std::string algo = "auto";

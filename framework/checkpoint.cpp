@@ -1,7 +1,10 @@
 #include "ringflow/framework/checkpoint.h"
 
+#include <charconv>
+#include <sstream>
 #include <stdexcept>
 
+#include "ringflow/framework/error.h"
 #include "ringflow/framework/random.h"
 #include "ringflow/framework/serialize.h"
 
@@ -16,15 +19,48 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
+constexpr const char* kOptimizerManifest = "ringflow.optimizer_tensors";
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error("checkpoint '" + path + "': " + what);
+}
+
+// A whole decimal number: "1x", "-1" and "" are refused, naming the key and the file.
 uint64_t metadata_u64(const SafetensorsFile& f, const std::string& key) {
   const auto it = f.metadata.find(key);
-  if (it == f.metadata.end())
-    throw std::runtime_error("checkpoint '" + f.path + "': metadata '" + key + "' is missing");
-  try {
-    return std::stoull(it->second);
-  } catch (const std::exception&) {
-    throw std::runtime_error("checkpoint '" + f.path + "': metadata '" + key + "' = '" +
-                             it->second + "' is not a non-negative integer");
+  if (it == f.metadata.end()) fail(f.path, "metadata '" + key + "' is missing");
+  const std::string& text = it->second;
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    fail(f.path, "metadata '" + key + "' = '" + text + "' is not a non-negative integer");
+  return value;
+}
+
+// The model's tensors as saved: every one there, each of the dtype the model holds (a
+// conversion would change what is trained without a word).
+void check_model_state(const std::string& path, const nn::Module& model,
+                       const std::map<std::string, Tensor>& state) {
+  for (const auto& [name, t] : model.state_dict()) {
+    const auto it = state.find(name);
+    if (it == state.end()) continue;  // load_state_dict names every missing key
+    if (it->second.dtype() != t.dtype())
+      fail(path, cat("tensor 'model.", name, "' is ", dtype_name(it->second.dtype()),
+                     " but the model holds ", dtype_name(t.dtype())));
+  }
+}
+
+// The optimizer's tensors as saved: 'lr', and every one the writer listed.
+void check_optimizer_state(const SafetensorsFile& f, const std::map<std::string, Tensor>& state) {
+  if (!state.count("lr")) fail(f.path, cat("tensor '", kOptimizerPrefix, "lr' is missing "
+                                           "(--resume-model-only loads the model alone)"));
+  const auto it = f.metadata.find(kOptimizerManifest);
+  if (it == f.metadata.end()) return;  // written elsewhere: nothing listed
+  std::string name;
+  for (std::istringstream list(it->second); std::getline(list, name, ',');) {
+    if (!state.count(name))
+      fail(f.path, cat("tensor '", kOptimizerPrefix, name, "' is missing (the file lists it; "
+                       "--resume-model-only loads the model alone)"));
   }
 }
 
@@ -44,10 +80,14 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
       {"generator.counter", std::to_string(default_generator().counter())},
   };
   for (const auto& [key, value] : info) metadata[kInfoPrefix + key] = value;
+  std::string manifest;
+  for (const auto& [name, t] : optimizer.state_dict()) manifest += (manifest.empty() ? "" : ",") + name;
+  metadata[kOptimizerManifest] = manifest;
   save_safetensors(path, tensors, metadata);
 }
 
-Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& optimizer) {
+Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                           const CheckpointLoadOptions& options) {
   const SafetensorsFile f = load_safetensors(path);
   std::map<std::string, Tensor> model_state, optimizer_state;
   for (const auto& [name, t] : f.tensors) {
@@ -56,24 +96,34 @@ Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Op
     else if (starts_with(name, kOptimizerPrefix))
       optimizer_state[name.substr(std::string(kOptimizerPrefix).size())] = t;
     else
-      throw std::runtime_error("checkpoint '" + path + "': tensor '" + name +
-                               "' is neither model.* nor optimizer.*");
+      fail(path, "tensor '" + name + "' is neither model.* nor optimizer.*");
   }
+  check_model_state(path, model, model_state);
+  if (!options.model_only) check_optimizer_state(f, optimizer_state);
+  // Model only: the position and the generator where the file has them (a file written by
+  // another tool need not).
+  const bool has_position = f.metadata.count("epoch") && f.metadata.count("iteration");
+  const bool has_generator = f.metadata.count("generator.seed") && f.metadata.count("generator.counter");
   Checkpoint c;
-  c.position = {static_cast<int64_t>(metadata_u64(f, "epoch")),
-                static_cast<int64_t>(metadata_u64(f, "iteration"))};
+  if (!options.model_only || has_position) {
+    c.position = {static_cast<int64_t>(metadata_u64(f, "epoch")),
+                  static_cast<int64_t>(metadata_u64(f, "iteration"))};
+  }
   for (const auto& [key, value] : f.metadata)
     if (starts_with(key, kInfoPrefix)) c.info[key.substr(std::string(kInfoPrefix).size())] = value;
-  const auto seed = metadata_u64(f, "generator.seed");
-  const auto counter = metadata_u64(f, "generator.counter");
+  const bool restore_generator = !options.model_only || has_generator;
+  const uint64_t seed = restore_generator ? metadata_u64(f, "generator.seed") : 0;
+  const uint64_t counter = restore_generator ? metadata_u64(f, "generator.counter") : 0;
   try {
     model.load_state_dict(model_state);
-    optimizer.load_state_dict(optimizer_state);
+    if (!options.model_only) optimizer.load_state_dict(optimizer_state);
   } catch (const std::exception& e) {
-    throw std::runtime_error("checkpoint '" + path + "': " + e.what());
+    fail(path, e.what());
   }
-  default_generator().manual_seed(seed);
-  default_generator().set_counter(counter);
+  if (restore_generator) {
+    default_generator().manual_seed(seed);
+    default_generator().set_counter(counter);
+  }
   return c;
 }
 

@@ -30,8 +30,18 @@ struct Checkpoint {
   std::map<std::string, std::string> info;
 };
 
-// Loads into model and optimizer (strictly: every key must match, errors name the file and
-// the keys) and restores the default generator. Throws naming the file on any problem.
-Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& optimizer);
+struct CheckpointLoadOptions {
+  // The model's tensors alone (fine-tuning from weights, a file without optimizer state):
+  // the optimizer keeps its own; position and generator restored where the file has them.
+  bool model_only = false;
+};
+
+// Loads into model and optimizer strictly and restores the default generator. Throws
+// std::runtime_error naming the file and the tensor or key on any mismatch: a key missing
+// or extra, a shape or dtype other than the model's (no silent conversion), an optimizer
+// tensor the writer listed but the file lacks, metadata that is not a whole number; and
+// whatever load_safetensors refuses (corrupt data, overlapping ranges, not a regular file).
+Checkpoint load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                           const CheckpointLoadOptions& options = {});
 
 }  // namespace ringflow

@@ -8,6 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
 
 #include "ringflow/framework/ops.h"
 
@@ -36,6 +40,65 @@ DType from_safetensors_dtype(const std::string& s, const std::string& path, cons
   throw std::runtime_error(cat(path, ": ", what));
 }
 
+// The data section's CRC-32, kept in the metadata so that flipped bytes are found on load
+// (files from elsewhere, without it, still load).
+constexpr const char* kChecksumKey = "ringflow.data_crc32";
+
+uint32_t crc32_of(uint32_t crc, const void* data, size_t bytes) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, n));
+    p += n;
+    bytes -= n;
+  }
+  return crc;
+}
+
+// A regular file only: a directory, a FIFO (which would block) or a device is refused.
+void check_regular_file(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) fail(path, cat("cannot open: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file (a directory, FIFO or device)");
+}
+
+// A tensor's byte count, refusing shapes whose size overflows.
+uint64_t tensor_bytes(const Shape& shape, DType dtype, const std::string& path,
+                      const std::string& name) {
+  for (int64_t s : shape)
+    if (s < 0) fail(path, cat("tensor '", name, "' has a negative size in ", shape_str(shape)));
+  int64_t numel = 0;
+  try {
+    numel = shape_numel(shape);
+  } catch (const std::overflow_error&) {
+    fail(path, cat("tensor '", name, "' has shape ", shape_str(shape), ", too large to exist"));
+  }
+  const uint64_t esize = dtype_size(dtype);
+  if (static_cast<uint64_t>(numel) > UINT64_MAX / esize)
+    fail(path, cat("tensor '", name, "' has shape ", shape_str(shape), ", too large to exist"));
+  return static_cast<uint64_t>(numel) * esize;
+}
+
+// Verifies the data section against the checksum the writer kept, where it kept one.
+void check_data_checksum(const SafetensorsFile& file, std::ifstream& in, uint64_t data_start,
+                         uint64_t data_size) {
+  const auto it = file.metadata.find(kChecksumKey);
+  if (it == file.metadata.end()) return;
+  uint32_t crc = crc32_of(0, nullptr, 0);
+  std::vector<char> chunk(size_t{4} << 20);
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(data_start));
+  for (uint64_t left = data_size; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
+    if (!in.read(chunk.data(), static_cast<std::streamsize>(n))) fail(file.path, "truncated data section");
+    crc = crc32_of(crc, chunk.data(), n);
+    left -= n;
+  }
+  if (std::to_string(crc) != it->second)
+    fail(file.path, cat("the data section's checksum is ", crc, ", the file says ", it->second,
+                        ": the data is corrupt"));
+}
+
 }  // namespace
 
 const Tensor& SafetensorsFile::at(const std::string& name) const {
@@ -47,7 +110,7 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  header["__metadata__"] = nlohmann::ordered_json::object();  // first, as other writers put it
   std::vector<Tensor> hosts;
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -60,6 +123,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += bytes;
     hosts.push_back(h);
   }
+  uint32_t crc = crc32_of(0, nullptr, 0);
+  for (const Tensor& h : hosts) crc = crc32_of(crc, h.raw_data(), h.numel() * dtype_size(h.dtype()));
+  auto meta = metadata;
+  meta[kChecksumKey] = std::to_string(crc);
+  header["__metadata__"] = meta;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   const std::string tmp = path + ".tmp";
@@ -97,18 +165,19 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
+  check_regular_file(path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, "cannot open (missing or unreadable)");
   const uint64_t file_size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
   if (file_size < 8) fail(path, "truncated: shorter than the 8-byte header length");
   unsigned char len_le[8];
-  in.read(reinterpret_cast<char*>(len_le), 8);
+  if (!in.read(reinterpret_cast<char*>(len_le), 8)) fail(path, "cannot read the header length");
   uint64_t len = 0;
   for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(len_le[i]) << (8 * i);
   if (len > file_size - 8) fail(path, cat("header length ", len, " exceeds the file size ", file_size));
   std::string json(len, '\0');
-  in.read(json.data(), static_cast<std::streamsize>(len));
+  if (!in.read(json.data(), static_cast<std::streamsize>(len))) fail(path, "truncated header");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(json);
@@ -119,8 +188,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t data_size = file_size - 8 - len;
   SafetensorsFile file;
   file.path = path;
+  struct Range {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
   for (auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
+      if (!entry.is_object()) fail(path, "__metadata__ is not a JSON object");
       for (auto& [k, v] : entry.items()) file.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
       continue;
     }
@@ -128,14 +203,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
       const DType dtype = from_safetensors_dtype(entry.at("dtype").get<std::string>(), path, name);
       const Shape shape = entry.at("shape").get<Shape>();
       const auto offsets = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      for (int64_t s : shape)
-        if (s < 0) fail(path, cat("tensor '", name, "' has a negative size"));
-      const uint64_t bytes = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+      const uint64_t bytes = tensor_bytes(shape, dtype, path, name);
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size ||
           offsets[1] - offsets[0] != bytes)
         fail(path, cat("tensor '", name, "' of shape ", shape_str(shape), " has byte range [",
                        offsets.size() == 2 ? offsets[0] : 0, ", ", offsets.size() == 2 ? offsets[1] : 0,
                        ") that does not fit its size or the data (", data_size, " bytes)"));
+      ranges.push_back({offsets[0], offsets[1], name});
       Tensor t = empty(shape, dtype);
       in.seekg(static_cast<std::streamoff>(8 + len + offsets[0]));
       in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes));
@@ -145,6 +219,14 @@ SafetensorsFile load_safetensors(const std::string& path) {
       fail(path, cat("bad header entry for '", name, "': ", e.what()));
     }
   }
+  // Two tensors on the same bytes: an edited or corrupt header.
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (size_t k = 1; k < ranges.size(); ++k) {
+    if (ranges[k].begin < ranges[k - 1].end)
+      fail(path, cat("tensors '", ranges[k - 1].name, "' and '", ranges[k].name,
+                     "' overlap in the data section"));
+  }
+  check_data_checksum(file, in, 8 + len, data_size);
   return file;
 }
 

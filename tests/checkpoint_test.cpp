@@ -1,6 +1,8 @@
 // Checkpoints: model + optimizer + position + generator round trip, strict loading with
-// errors naming the file, and a write killed half-way leaving the previous file loadable.
+// errors naming the file, a write killed half-way leaving the previous file loadable, and
+// every kind of bad file refused with one line naming the file and the tensor or key.
 #include <signal.h>
+#include <sys/stat.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "ringflow/models/registry.h"
 #include "ringflow/tests/testing.h"
@@ -125,4 +128,127 @@ TEST_CASE("a write killed half-way leaves the previous checkpoint loadable") {
   }
   fs::remove(path);
   fs::remove(path + ".tmp");
+}
+
+// ---------------------------------------------------------------- refusing bad checkpoints
+
+namespace {
+
+// A safetensors file with this header and data, bytes as given (no checksum).
+void write_raw(const std::string& path, const std::string& header, const std::string& data) {
+  std::string json = header;
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t len = json.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(len >> (8 * i)));
+  out << json << data;
+}
+
+// The file rewritten by `edit` (tensors and metadata), saved again as a whole.
+template <class Edit>
+void rewrite(const std::string& path, Edit edit) {
+  SafetensorsFile f = load_safetensors(path);
+  edit(f.tensors, f.metadata);
+  NamedTensors tensors(f.tensors.begin(), f.tensors.end());
+  save_safetensors(path, tensors, f.metadata);
+}
+
+struct Trained {
+  nn::ModulePtr model = models::make_model("small_cnn");
+  optim::SGD sgd{model->parameters(), {.lr = 0.1, .momentum = 0.9}};
+  Trained() { train_step(*model, sgd, 1); }
+};
+
+}  // namespace
+
+TEST_CASE("a directory or a FIFO is refused at once, naming it") {
+  Trained t;
+  const std::string dir = temp_path("dir.safetensors"), fifo = temp_path("fifo.safetensors");
+  fs::create_directory(dir);
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(load_checkpoint(dir, *t.model, t.sgd), doctest::Contains((dir + ": not a regular file").c_str()));
+  CHECK_THROWS_WITH(load_checkpoint(fifo, *t.model, t.sgd), doctest::Contains((fifo + ": not a regular file").c_str()));
+  fs::remove(dir);
+  fs::remove(fifo);
+}
+
+TEST_CASE("a shape too large to exist, and overlapping byte ranges, are refused") {
+  const std::string path = temp_path("header.safetensors");
+  write_raw(path, R"({"model.w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", "");
+  CHECK_THROWS_WITH(load_safetensors(path), doctest::Contains("'model.w' has shape (4611686018427387904, 4), too large"));
+  write_raw(path, R"({"model.a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("model.b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+            std::string(12, '\0'));
+  CHECK_THROWS_WITH(load_safetensors(path), doctest::Contains("'model.a' and 'model.b' overlap"));
+  fs::remove(path);
+}
+
+TEST_CASE("flipped data bytes are found by the checksum; a file without one still loads") {
+  Trained t;
+  const std::string path = temp_path("flipped.safetensors");
+  save_checkpoint(path, *t.model, t.sgd, {1, 1});
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    const char c = static_cast<char>(f.peek());
+    f.seekp(-5, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd), doctest::Contains("checksum"));
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd), doctest::Contains(path.c_str()));
+  write_raw(path, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0'));
+  CHECK(load_safetensors(path).tensors.at("x").item() == 0.0);
+  fs::remove(path);
+}
+
+TEST_CASE("a tensor of another dtype than the model's is refused, not converted") {
+  Trained t;
+  const std::string path = temp_path("dtype.safetensors");
+  save_checkpoint(path, *t.model, t.sgd, {1, 1});
+  rewrite(path, [](auto& tensors, auto&) {
+    tensors["model.conv1.weight"] = tensors["model.conv1.weight"].to(DType::f64);
+  });
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd),
+                    doctest::Contains("'model.conv1.weight' is f64 but the model holds f32"));
+  rewrite(path, [](auto& tensors, auto&) {
+    tensors["model.conv1.weight"] = tensors["model.conv1.weight"].to(DType::f32);
+    tensors["optimizer.state.0.momentum_buffer"] = tensors["optimizer.state.0.momentum_buffer"].to(DType::f64);
+  });
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd),
+                    doctest::Contains("'state.0.momentum_buffer': dtype f64 but parameter 0 is f32"));
+  fs::remove(path);
+}
+
+TEST_CASE("a missing optimizer tensor is refused unless the model alone is asked for") {
+  Trained t;
+  const std::string path = temp_path("partial.safetensors");
+  save_checkpoint(path, *t.model, t.sgd, {3, 30});
+  rewrite(path, [](auto& tensors, auto&) { tensors.erase("optimizer.state.2.momentum_buffer"); });
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd),
+                    doctest::Contains("'optimizer.state.2.momentum_buffer' is missing"));
+  rewrite(path, [](auto& tensors, auto&) { tensors.erase("optimizer.lr"); });
+  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd), doctest::Contains("'optimizer.lr' is missing"));
+
+  // Model only: the weights load, the optimizer keeps its own state.
+  Trained other;
+  const auto before = other.sgd.state_dict();
+  const Checkpoint c = load_checkpoint(path, *other.model, other.sgd, {.model_only = true});
+  CHECK(c.position.epoch == 3);
+  CHECK(same_bits(other.model->parameters()[0], t.model->parameters()[0]));
+  for (const auto& [name, v] : other.sgd.state_dict()) CHECK(same_bits(v, before.at(name)));
+  fs::remove(path);
+}
+
+TEST_CASE("metadata that is not a whole number is refused, naming the key and the file") {
+  Trained t;
+  const std::string path = temp_path("meta.safetensors");
+  for (const char* epoch : {"1x", "-1", ""}) {
+    CAPTURE(epoch);
+    save_checkpoint(path, *t.model, t.sgd, {1, 1});
+    rewrite(path, [&](auto&, auto& metadata) { metadata["epoch"] = epoch; });
+    CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd),
+                      doctest::Contains(("metadata 'epoch' = '" + std::string(epoch) + "' is not a non-negative integer").c_str()));
+    CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd), doctest::Contains(path.c_str()));
+  }
+  fs::remove(path);
 }

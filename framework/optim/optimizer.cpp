@@ -78,6 +78,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     } else {
       RF_CHECK(t.shape() == p.shape(), "optimizer state '", name, "': shape ",
                shape_str(t.shape()), " but parameter ", i, " has shape ", shape_str(p.shape()));
+      RF_CHECK(t.dtype() == p.dtype(), "optimizer state '", name, "': dtype ",
+               dtype_name(t.dtype()), " but parameter ", i, " is ", dtype_name(p.dtype()));
       Tensor copy = empty_like(p);
       NoGradGuard no_grad;
       copy.copy_(t);
