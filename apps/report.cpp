@@ -18,6 +18,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 // end of the epoch. Without a group, this rank's as mean and max.
 AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
   std::vector<double> v;
+  v.reserve(Figures::kValues + 4 + s.logged.size() * IterationRecord::kValues);
   const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
                                      : Figures{};
   mine.append_to(v);

@@ -73,8 +73,10 @@ std::unique_ptr<QueuedProcessGroup> make_group(bool shared_memory = true) {
                           .rank = env_int("PMI_RANK"),
                           .size = env_int("PMI_SIZE"),
                           .timeout = std::chrono::seconds(60)});
-  return std::make_unique<TransportProcessGroup>(
-      bootstrap, TransportProcessGroupOptions{.checking = true, .shared_memory = shared_memory});
+  TransportProcessGroupOptions o;
+  o.checking = true;
+  o.shared_memory = shared_memory;
+  return std::make_unique<TransportProcessGroup>(bootstrap, o);
 }
 
 double k_of(int64_t i) { return static_cast<double>(1 + i % 3); }

@@ -219,7 +219,8 @@ void DistributedDataParallel::broadcast_buffers() {
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   // Evaluation is local: rank 0 alone may run it without the others.
   if (!module_->is_training() || !grad_mode_enabled()) return module_->forward(x);
-  broadcast_ = {.name = "buffers"};
+  broadcast_ = CommEvent();
+  broadcast_.name = "buffers";
   if (options_.broadcast_buffers) broadcast_buffers();
   return reducer_->prepare_for_backward(module_->forward(x), require_sync_);
 }
