@@ -3,10 +3,15 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
+#include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/group/launch_group.h"
 #include "ringflow/comm/group/mpi_process_group.h"
@@ -58,10 +63,17 @@ Data open_data(const Flags& f, const Shape& model_input) {
     d.test = std::make_shared<data::SyntheticDataset>(
         data::SyntheticOptions{.size = 1000, .image_shape = model_input, .seed = f.seed + 1});
   }
-  if (d.train->image_shape() != model_input)
-    throw std::invalid_argument(fmt::format(
-        "--model {} takes images of shape {}, but --dataset {} has {}", f.model,
-        shape_str(model_input), f.dataset, shape_str(d.train->image_shape())));
+  // Both sets checked now, not when the first epoch's evaluation meets them.
+  const std::string where = f.data_dir.empty() ? "" : fmt::format(" (--data-dir {})", f.data_dir);
+  for (const auto& [set, name] : {std::pair{d.train, "training"}, std::pair{d.test, "test"}}) {
+    if (set->image_shape() != model_input)
+      throw std::invalid_argument(fmt::format(
+          "--model {} takes images of shape {}, but the {} set of --dataset {}{} has {}", f.model,
+          shape_str(model_input), name, f.dataset, where, shape_str(set->image_shape())));
+    if (set->size() == 0)
+      throw std::invalid_argument(fmt::format("the {} set of --dataset {}{} is empty", name,
+                                              f.dataset, where));
+  }
   return d;
 }
 
@@ -81,6 +93,37 @@ std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
 }
 
 
+
+namespace {
+
+// Refused before anything trains, rather than at the end of the first epoch: a file in a
+// folder that does not exist, or that cannot be written. Makes and removes a probe file
+// beside it (the checkpoint's own temporary name, which a killed write may have left).
+void check_writable(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error))
+    throw std::invalid_argument(fmt::format("{} {}: the folder {} does not exist", flag, path, dir.string()));
+  const std::string probe = path + ".tmp";
+  std::FILE* file = std::fopen(probe.c_str(), "a");
+  if (!file)
+    throw std::invalid_argument(fmt::format("{} {}: cannot write in {}: {}", flag, path,
+                                            dir.string(), std::strerror(errno)));
+  std::fclose(file);
+  std::filesystem::remove(probe, error);
+}
+
+}  // namespace
+
+void check_output_paths(const Flags& f, int rank, int world) {
+  if (rank == 0) {  // rank 0 alone writes checkpoints and metrics
+    check_writable("--checkpoint", f.checkpoint);
+    check_writable("--metrics", f.metrics);
+  }
+  if (!f.trace.empty()) check_writable("--trace", trace_path_for_rank(f.trace, rank, world));
+}
 
 Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
   // Before anything heavy: a device that cannot be had fails here, naming the flag.

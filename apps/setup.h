@@ -30,6 +30,10 @@ struct Setup {
 // under a launcher of several ranks throws, naming the flag.
 Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout);
 
+// --checkpoint, --metrics (rank 0) and --trace (every rank) can be written: throws naming
+// the flag and the folder otherwise.
+void check_output_paths(const Flags& f, int rank, int world);
+
 struct Data {
   std::shared_ptr<const data::Dataset> train, test;
   std::vector<std::shared_ptr<const data::Transform>> train_transforms, test_transforms;

@@ -153,6 +153,7 @@ Trainer::Trainer(const Flags& f)
       rank_(pg_ ? pg_->rank() : 0),
       lead_(rank_ == 0),
       info_{{"model", f.model}, {"dataset", f.dataset}} {
+  check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
   make_data_and_model();
   resume();
@@ -217,8 +218,10 @@ void Trainer::make_data_and_model() {
                                           .transforms = data_.test_transforms});
   if (train_loader_->num_batches() < f_.grad_accum)
     throw std::invalid_argument(
-        world_ == 1 ? fmt::format("--batch-size {} exceeds the {} training images",
-                                  local_batch_ * f_.grad_accum, data_.train->size())
+        f_.global_batch > 0 ? fmt::format("--global-batch {} exceeds the {} training images",
+                                          f_.global_batch, data_.train->size())
+        : world_ == 1 ? fmt::format("--batch-size {} exceeds the {} training images",
+                                    local_batch_ * f_.grad_accum, data_.train->size())
                     : fmt::format("a local batch of {} x --grad-accum {} exceeds the {} training "
                                   "images of each rank's share", local_batch_, f_.grad_accum,
                                   train_loader_->epoch_size()));

@@ -2,7 +2,9 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
@@ -21,6 +23,21 @@ CLI::Validator bound(double limit, bool inclusive) {
         return fmt::format("must be {} {}, got {}", inclusive ? ">=" : ">", limit, s);
       },
       fmt::format("{} {}", inclusive ? ">=" : ">", limit));
+}
+
+// Threads beyond a few per core only take turns (and tens of thousands overflow the OpenMP
+// runtime's stacks): at most 4 per core of this machine, at least 8.
+CLI::Validator at_most_threads(const char* what) {
+  const int limit = std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+  return CLI::Validator(
+      [=](std::string& s) {
+        long v = 0;
+        try { v = std::stol(s); } catch (const std::exception&) { return "not a number: " + s; }
+        if (v <= limit) return std::string();
+        return fmt::format("{} {} {}: at most {} (4 per core of this machine's {})", s, what,
+                           v == 1 ? "" : "are too many", limit, std::thread::hardware_concurrency());
+      },
+      fmt::format("<= {}", limit));
 }
 
 }  // namespace
@@ -47,7 +64,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up epochs before the schedule")
       ->capture_default_str()->check(at_least0);
   app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
-                 "between its ranks)")->capture_default_str()->check(at_least0);
+                 "between its ranks)")->capture_default_str()->check(at_least0)
+      ->check(at_most_threads("threads"));
   app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
                  "included) or direct (the plain sum, as PyTorch's)")
       ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
@@ -56,7 +74,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
-      ->capture_default_str()->check(at_least0);
+      ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();
   app.add_option("--log-every", f.log_every, "iterations between loss lines")->capture_default_str()->check(above0);
   app.add_option("--max-iters", f.max_iters, "stop each epoch after this many iterations (0: all)")

@@ -206,7 +206,12 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--batch-size 100000", "--batch-size 100000 exceeds the 60000 training images"},
       {"--model bogus", "--model: bogus not in {"},
       {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic}"},
-      {"--model resnet18_cifar", "takes images of shape (3, 32, 32), but --dataset fashion-mnist has (1, 28, 28)"},
+      {"--model resnet18_cifar", "takes images of shape (3, 32, 32), but the training set of --dataset fashion-mnist has (1, 28, 28)"},
+      {"--checkpoint /nonexistent/dir/c.safetensors", "--checkpoint /nonexistent/dir/c.safetensors: the folder /nonexistent/dir does not exist"},
+      {"--metrics /nonexistent/m.json", "--metrics /nonexistent/m.json: the folder /nonexistent does not exist"},
+      {"--threads 100000", "--threads: 100000 threads are too many: at most"},
+      {"--workers 100000", "--workers: 100000 workers are too many: at most"},
+      {"--global-batch 1000000000", "--global-batch 1000000000 exceeds the 60000 training images"},
       {"--resume /nonexistent/ckpt.safetensors", "/nonexistent/ckpt.safetensors"},
       {"--sync bogus", "--sync: bogus not in {"},
       {"--global-batch 64 --batch-size 32", "excludes"},
@@ -245,10 +250,33 @@ TEST_CASE("missing and corrupt dataset files are named with the problem") {
                            "t10k-labels-idx1-ubyte.gz"})
     fs::copy_file(fs::path("/usr/share/datasets/fashion-mnist") / name, dir / name);
   const Result corrupt = run_train("--data-dir " + dir.string());
-  fs::remove_all(dir);
   INFO(corrupt.output);
   CHECK(corrupt.status > 0);
   CHECK(contains(corrupt.output, "train-images-idx3-ubyte.gz"));
+
+  // Test sets checked when opened, before any training: images of another shape; none.
+  fs::copy_file(fs::path("/usr/share/datasets/fashion-mnist") / "train-images-idx3-ubyte.gz",
+                dir / "train-images-idx3-ubyte.gz", fs::copy_options::overwrite_existing);
+  auto write_idx = [&](const char* name, std::vector<uint8_t> dims, size_t payload) {
+    std::ofstream out(dir / name, std::ios::binary);  // plain IDX: the reader takes both
+    const uint8_t magic[4] = {0, 0, 8, static_cast<uint8_t>(dims.size() / 4)};
+    out.write(reinterpret_cast<const char*>(magic), 4);
+    out.write(reinterpret_cast<const char*>(dims.data()), static_cast<std::streamsize>(dims.size()));
+    out << std::string(payload, '\1');
+  };
+  write_idx("t10k-images-idx3-ubyte.gz", {0, 0, 0, 2, 0, 0, 0, 32, 0, 0, 0, 32}, 2 * 32 * 32);
+  write_idx("t10k-labels-idx1-ubyte.gz", {0, 0, 0, 2}, 2);
+  const Result shape = run_train("--data-dir " + dir.string());
+  CHECK(shape.status > 0);
+  CHECK(contains(shape.output, "but the test set of --dataset fashion-mnist (--data-dir"));
+  CHECK(!contains(shape.output, "Epoch ["));  // refused before training
+  write_idx("t10k-images-idx3-ubyte.gz", {0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28}, 0);
+  write_idx("t10k-labels-idx1-ubyte.gz", {0, 0, 0, 0}, 0);
+  const Result empty = run_train("--data-dir " + dir.string());
+  fs::remove_all(dir);
+  CHECK(empty.status > 0);
+  CHECK(contains(empty.output, "the test set of --dataset fashion-mnist (--data-dir"));
+  CHECK(contains(empty.output, "is empty"));
 }
 
 namespace {
@@ -385,7 +413,7 @@ TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spa
   SUBCASE("an unwritable path is named") {
     const Result r = run_train("--threads 1 --trace /nonexistent/dir/t.json" + common);
     CHECK(r.status > 0);
-    CHECK(contains(r.output, "--trace: cannot open '/nonexistent/dir/t.json'"));
+    CHECK(contains(r.output, "--trace /nonexistent/dir/t.json: the folder /nonexistent/dir does not exist"));
   }
 }
 

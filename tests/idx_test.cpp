@@ -207,6 +207,26 @@ TEST_CASE("a gzip stream cut short reports truncated data and zlib's reason") {
   check_error(cut, "unexpected end of file");
 }
 
+TEST_CASE("a gzip file without its trailer, or with bytes after it, is refused; concatenated members read") {
+  const Bytes data = header({8, 8}) + iota_bytes(64);
+  const std::string full = write_file("trailer", data, true);
+  std::ifstream in(full, std::ios::binary);
+  const Bytes gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(gz.size() > 8);
+  // All the data, but not the 8-byte trailer (CRC-32 and length).
+  check_error(write_file("no_trailer.gz", Bytes(gz.begin(), gz.end() - 8), false),
+              "ends without its trailer");
+  check_error(write_file("garbage_after.gz", gz + Bytes{'j', 'u', 'n', 'k'}, false),
+              "trailing garbage: 4 bytes after the gzip stream");
+  // Two members (what `cat a.gz b.gz` makes) are one valid stream.
+  const std::string first = write_file("member1", Bytes(data.begin(), data.begin() + 20), true);
+  const std::string second = write_file("member2", Bytes(data.begin() + 20, data.end()), true);
+  std::ifstream a(first, std::ios::binary), b(second, std::ios::binary);
+  Bytes both((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  both = both + Bytes((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  CHECK(read_idx(write_file("two_members.gz", both, false)).data == iota_bytes(64));
+}
+
 TEST_CASE("read_idx_pair: count mismatch, label out of range, labels not 1-D") {
   for (bool gzip : {true, false}) {
     CAPTURE(gzip);

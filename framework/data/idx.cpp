@@ -1,5 +1,8 @@
 // IDX reader: header (magic 00 00 <type> <ndims>, then ndims big-endian u32 sizes), then the
-// data bytes, read through zlib's gz* API, which reads gzip and plain files alike.
+// data bytes, read through zlib's gz* API, which reads gzip and plain files alike. zlib's
+// reader forgives two kinds of damage that matter here: a stream without its trailer (its
+// CRC, so corruption inside would pass unseen) and bytes after the last gzip member; both
+// are refused (check_gzip_end).
 #include "ringflow/framework/data/idx.h"
 
 #include <zlib.h>
@@ -7,10 +10,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ringflow::data {
 namespace {
@@ -82,6 +87,51 @@ class Reader {
   GzHandle file_;
 };
 
+// A gzip file whose members all end with their trailers and nothing after the last one.
+// Plain files pass. Reads the compressed bytes once more: a second, cheaper pass than
+// tracking member ends through gzread.
+void check_gzip_end(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  unsigned char magic[2] = {};
+  if (std::fread(magic, 1, 2, file.get()) < 2 || magic[0] != 0x1f || magic[1] != 0x8b) return;
+  std::rewind(file.get());
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib: inflateInit2 failed");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> owner(&z, &inflateEnd);
+  std::vector<unsigned char> in(size_t{1} << 20), out(size_t{1} << 20);
+  bool member_ended = false;
+  uint64_t after = 0;  // bytes after the last member's end that start no member
+  for (;;) {
+    if (z.avail_in == 0) {
+      z.avail_in = static_cast<uInt>(std::fread(in.data(), 1, in.size(), file.get()));
+      z.next_in = in.data();
+      if (z.avail_in == 0) break;
+    }
+    if (member_ended) {
+      // Another member may follow (concatenated gzip); anything else is garbage.
+      if (z.avail_in >= 2 && z.next_in[0] == 0x1f && z.next_in[1] == 0x8b) {
+        inflateReset(&z);
+        member_ended = false;
+      } else {
+        after += z.avail_in;
+        z.avail_in = 0;
+        continue;
+      }
+    }
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    if (rc == Z_STREAM_END) {
+      member_ended = true;
+    } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      fail(path, std::string("gzip: ") + (z.msg ? z.msg : "corrupt stream"));
+    }
+  }
+  if (!member_ended) fail(path, "gzip: the stream ends without its trailer (truncated file)");
+  if (after > 0) fail(path, "trailing garbage: " + std::to_string(after) + " bytes after the gzip stream");
+}
+
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
@@ -149,6 +199,7 @@ IdxArray read_idx(const std::string& path) {
   if (extra > 0)
     fail(path, "trailing garbage: " + std::to_string(extra) + " bytes after the " +
                    std::to_string(expected) + " data bytes of shape " + shape_text(out.shape));
+  check_gzip_end(path);
   return out;
 }
 
