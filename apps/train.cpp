@@ -445,6 +445,7 @@ int main(int argc, char** argv) {
     ringflow::apps::Trainer(f).run();
     return 0;
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // what was logged comes before the reason it stopped
     fmt::print(stderr, "train: {}\n", e.what());
     return 1;
   }

@@ -95,12 +95,15 @@ int skip(bool checked, Algorithm algorithm = Algorithm::native, bool tcp = false
   return 0;
 }
 
-int exit_early(bool finalize, bool tcp = false) {
+// ring: the second allreduce is our ring (over TCP, or shared memory without tcp), which
+// finds out itself (no fingerprint round over MPI first), long before its 60 s timeout.
+int exit_early(bool finalize, bool tcp = false, bool ring = false) {
+  ring = ring || tcp;
   MpiProcessGroupOptions options;
-  options.checking = !tcp;  // over TCP the ring itself finds out (no fingerprint round first)
+  options.checking = !ring;
   options.shared_memory = !tcp;
   const CollectiveOptions second =
-      tcp ? with_timeout(std::chrono::seconds(60), Algorithm::ring) : with_timeout(std::chrono::seconds(3));
+      ring ? with_timeout(std::chrono::seconds(60), Algorithm::ring) : with_timeout(std::chrono::seconds(3));
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -161,6 +164,7 @@ int main(int argc, char** argv) {
     else if (scenario == "exit-early") rc = ringflow::comm::exit_early(/*finalize=*/false);
     else if (scenario == "finalize-early") rc = ringflow::comm::exit_early(/*finalize=*/true);
     else if (scenario == "exit-early-tcp") rc = ringflow::comm::exit_early(false, /*tcp=*/true);
+    else if (scenario == "exit-early-shm") rc = ringflow::comm::exit_early(false, false, /*ring=*/true);
     else std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uncaught: %s\n", e.what());

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Ranks of apps/train started by environment variables alone (torchrun's convention:
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpiexec, no MPI) train --sync ddp exactly
-as the same ranks started by mpiexec: every iteration's loss equal to the last bit. And a
-rank that never comes, or a RANK out of range, ends in a clear error and a non-zero exit.
+as the same ranks started by mpiexec: every iteration's loss equal to the last bit. A rank
+that never comes, or a RANK out of range, ends in a clear error and a non-zero exit; and a
+rank killed mid-training is named by both survivors, which exit non-zero long before the
+collective's timeout.
 
 usage: launch_test.py TRAIN MPIEXEC"""
 import json
@@ -83,6 +85,34 @@ with tempfile.TemporaryDirectory() as tmp:
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     check(bad.returncode != 0 and "RANK='2' is not an integer in 0..1" in bad.stdout,
           f"a RANK out of range is named: exit {bad.returncode}, {bad.stdout.strip()[-200:]!r}")
+
+    # Rank 2 of 3 killed mid-training: both survivors name it (and the collective) and exit.
+    import signal
+    import time
+    port = free_port()
+    procs = [subprocess.Popen([train, "--sync", "ddp", "--epochs", "1", "--threads", "1",
+                               "--eval-every", "0", "--log-every", "1", "--comm-timeout", "120"],
+                              env=clean_env(RANK=r, WORLD_SIZE=3, MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=port),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    seen = ""
+    while "Iteration [3/" not in seen:  # training is under way on every rank
+        line = procs[0].stdout.readline()
+        if not line:
+            break
+        seen += line
+    killed_at = time.monotonic()
+    procs[2].send_signal(signal.SIGKILL)
+    outs = [seen + procs[0].communicate(timeout=100)[0], procs[1].communicate(timeout=100)[0]]
+    took = time.monotonic() - killed_at
+    procs[2].wait()
+    print(f"     survivors exited {took:.2f} s after the kill")
+    for r, out in enumerate(outs):
+        check(procs[r].returncode == 1, f"rank {r} exits 1 after rank 2 was killed: {procs[r].returncode}")
+        check(f"rank 2 (process {procs[2].pid}) has exited" in out and "allreduce #" in out,
+              f"rank {r} names rank 2 and the collective: {out.strip()[-300:]!r}")
+    check(took < 60, f"the survivors exit long before the 120 s timeout ({took:.2f} s)")
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -35,7 +35,9 @@
 // tests/comm_failure_test.cpp. A rank that exits without MPI_Finalize makes mpiexec kill
 // every other rank at once (exit 1, or 9 with "BAD TERMINATION"): no hang, but no message
 // of ours. Under `mpiexec -disable-auto-cleanup` the survivors go on; MPI reports no error
-// for the dead peer, and the timeout fails their collective naming it (checking mode).
+// for the dead peer, so the group looks, every 100 ms while it polls, whether the other
+// ranks of this node still run (PeerWatch): a dead one fails the collective naming it. A
+// dead rank on another node is found at the timeout, as before (named in checking mode).
 // A rank that calls MPI_Finalize and returns early is the same as one that skips the
 // collective: the others fail at the timeout, naming it in checking mode.
 //
@@ -228,6 +230,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   }
   if (shm_) shm_->set_waiters(waiters());
   if (tcp_) tcp_->set_waiters(waiters());
+  peers_ = std::make_unique<PeerWatch>(bootstrap);
   start();
 }
 
@@ -267,6 +270,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
   int remaining = static_cast<int>(std::count_if(requests.begin(), requests.end(),
                                                  [](MPI_Request r) { return r != MPI_REQUEST_NULL; }));
   Backoff backoff(200, waiters());  // small collectives complete within microseconds
+  auto last_look = Clock::now();
   for (long iter = 0; remaining > 0; ++iter) {
     int done = 0;
     const int code = MPI_Testsome(n, requests.data(), &done, indices.data(), statuses.data());
@@ -289,6 +293,20 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
     if (remaining == 0) break;
     const auto now = Clock::now();
     if (now >= op.deadline) break;
+    if (now - last_look >= std::chrono::milliseconds(100)) {
+      last_look = now;
+      const std::string dead = peers_->dead_peer();
+      if (!dead.empty()) {
+        const std::string reason = cat(op.work->description(), " failed on rank ", rank(), ": ",
+                                       dead, " has exited while this rank waited in ", call);
+        mark_broken(reason);
+        std::vector<int> pending;
+        for (int i = 0; i < n; ++i)
+          if (requests[i] != MPI_REQUEST_NULL) pending.push_back(i);
+        abandon(requests, pending);
+        throw CommError(reason);
+      }
+    }
     const bool progress = done != MPI_UNDEFINED && done > 0;
     if (peers && (iter == 200 || (iter > 200 && progress))) {
       std::string missing;

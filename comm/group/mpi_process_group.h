@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/group/peer_watch.h"
 #include "ringflow/comm/group/queued_process_group.h"
 
 namespace ringflow::comm {
@@ -129,6 +130,7 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
   std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
   std::string why_not_tcp_;
+  std::unique_ptr<PeerWatch> peers_;    // this node's other ranks: MPI never says they died
   std::vector<MPI_Request> abandoned_;   // requests of timed-out collectives; comm thread only
 };
 

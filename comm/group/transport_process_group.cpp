@@ -134,7 +134,12 @@ std::shared_ptr<Work> TransportProcessGroup::enqueue_on_transport(Fingerprint fp
                                                                   Body body) {
   return enqueue_collective(fp, o, std::move(args), [this, body = std::move(body)](Op& op) {
     CountingTransport counted(transport_for(op));
-    body(op, counted);
+    try {
+      body(op, counted);
+    } catch (const std::exception& e) {  // named by the collective and its sequence number
+      throw CommError(cat(op.work->description(), " failed on rank ", rank(), " (timeout ",
+                          op.timeout.count(), " ms): ", e.what()));
+    }
     op.work->set_traffic(counted.traffic());
   });
 }

@@ -54,6 +54,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <memory>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -62,6 +63,7 @@
 #include "ringflow/comm/base/reduce.h"
 #include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/base/fd.h"
+#include "ringflow/comm/base/process.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -70,11 +72,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLine = 64;
+constexpr size_t kSegmentHeadBytes = kLine;  // failed: the owner gave up (its own line)
 constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
 constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
 constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
+// How often a waiting rank looks whether the peers it waits for still exist.
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -169,7 +174,7 @@ std::unique_ptr<ShmTransport> ShmTransport::create(Bootstrap& bootstrap, ShmTran
   size_t slot_bytes = (options.slot_bytes + kLine - 1) / kLine * kLine;
   const int slots = options.slots;
   auto segment_bytes_for = [&](size_t slot) {
-    return static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
+    return kSegmentHeadBytes + static_cast<size_t>(size) * (kHeadBytes + slots * (kSlotHeadBytes + slot));
   };
   while (slot_bytes > kMinSlot && segment_bytes_for(slot_bytes) > kMaxSegment) slot_bytes /= 2;
   slot_bytes = std::max(kLine, slot_bytes / kLine * kLine);
@@ -189,6 +194,9 @@ std::unique_ptr<ShmTransport> ShmTransport::create(Bootstrap& bootstrap, ShmTran
     ok = static_cast<bool>(segments[q]);
   }
   const std::vector<std::string> outcomes = bootstrap.allgather(ok ? "" : reason);
+  std::vector<int> pids(size);
+  const std::vector<std::string> pid_texts = bootstrap.allgather(std::to_string(::getpid()));
+  for (int q = 0; q < size; ++q) pids[q] = std::atoi(pid_texts[q].c_str());
   // Every rank has opened every segment (or given up): the names can go.
   if (created) shm_unlink(own_name.c_str());
   for (const std::string& theirs : outcomes) {
@@ -197,22 +205,55 @@ std::unique_ptr<ShmTransport> ShmTransport::create(Bootstrap& bootstrap, ShmTran
     return nullptr;
   }
   return std::unique_ptr<ShmTransport>(
-      new ShmTransport(rank, size, slot_bytes, slots, std::move(segments)));
+      new ShmTransport(rank, size, slot_bytes, slots, std::move(segments), std::move(pids)));
 }
 
 ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, int slots,
-                           std::vector<Mapping> segments)
+                           std::vector<Mapping> segments, std::vector<int> pids)
     : rank_(rank),
       size_(size),
       slot_bytes_(slot_bytes),
       slots_(slots),
       channel_bytes_(kHeadBytes + slots * (kSlotHeadBytes + slot_bytes)),
-      segments_(std::move(segments)) {}
+      segments_(std::move(segments)),
+      pids_(std::move(pids)) {}
+
+// Peers waiting for this rank read its segment's failed word (check_peers) and give up at
+// once, instead of at their deadlines: the failure spreads along the algorithm's messages.
+// The failed word holds 1 + the rank whose process exited, when that is the cause (so
+// that every survivor names it), else 1 + size().
+void ShmTransport::fail(const std::string& why, const std::string& message, int dead) {
+  broken_ = why;
+  store(reinterpret_cast<uint64_t*>(segments_[rank_].data()),
+        1 + static_cast<uint64_t>(dead >= 0 ? dead : size_));
+  throw std::runtime_error(message);
+}
+
+void ShmTransport::check_peers(int to, int from, const char* call, bool liveness) {
+  for (int peer : {to, from}) {
+    if (peer < 0 || peer == rank_) continue;
+    const uint64_t failed =
+        load(reinterpret_cast<uint64_t*>(segments_[peer].data()), std::memory_order_acquire);
+    if (failed != 0) {
+      const int dead = failed - 1 < static_cast<uint64_t>(size_) ? static_cast<int>(failed - 1) : -1;
+      const std::string cause = dead >= 0 ? cat(": rank ", dead, " (process ", pids_[dead], ") has exited")
+                                          : " (its own wait failed: see its message)";
+      fail(cat("rank ", peer, " gave up"),
+           cat("ShmTransport ", call, " on rank ", rank_, ": rank ", peer,
+               " gave up on this collective", cause), dead);
+    }
+    if (liveness && !process_alive(pids_[peer])) {
+      const std::string why = cat("rank ", peer, " (process ", pids_[peer], ") has exited");
+      fail(why, cat("ShmTransport ", call, " on rank ", rank_, ": ", why,
+                    " while this rank waited for it"), peer);
+    }
+  }
+}
 
 ShmTransport::~ShmTransport() = default;
 
 unsigned char* ShmTransport::channel(int writer, int reader) const {
-  return segments_[writer].data() + static_cast<size_t>(reader) * channel_bytes_;
+  return segments_[writer].data() + kSegmentHeadBytes + static_cast<size_t>(reader) * channel_bytes_;
 }
 
 void ShmTransport::send(const void* data, size_t bytes, int peer) {
@@ -271,7 +312,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     return received < recv_pieces && load(written(in_channel), std::memory_order_acquire) >
                                          load(consumed(in_channel), std::memory_order_relaxed);
   };
-  auto idle_since = Clock::now();
+  auto idle_since = Clock::now(), last_look = idle_since;
   Backoff backoff(0, waiters());  // after kSpin of spinning
   bool idle = false;
   while (sent < send_pieces || received < recv_pieces) {
@@ -296,9 +337,10 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       std::memcpy(head, s, sizeof head);
       const size_t len = std::min(slot_bytes_, recv_bytes - received_bytes);
       if (head[0] != recv_bytes || head[1] != len) {
-        broken_ = cat("rank ", rank_, " expected a message of ", recv_bytes, " bytes from rank ",
-                      from, ", got ", head[0], " (the ranks disagree on the collective's size)");
-        throw std::runtime_error(cat("ShmTransport ", call, ": ", broken_));
+        const std::string why = cat("rank ", rank_, " expected a message of ", recv_bytes,
+                                    " bytes from rank ", from, ", got ", head[0],
+                                    " (the ranks disagree on the collective's size)");
+        fail(why, cat("ShmTransport ", call, ": ", why));
       }
       if (len > 0) {
         if (landing.reduce) {
@@ -328,10 +370,12 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       if (received < recv_pieces && !(sent < send_pieces && from == to)) {
         waiting += cat(waiting.empty() ? "" : ", ", "rank ", from);
       }
-      broken_ = cat(call, " timed out waiting for ", waiting);
-      throw std::runtime_error(cat("ShmTransport ", call, " on rank ", rank_,
-                                   " timed out waiting for ", waiting));
+      fail(cat(call, " timed out waiting for ", waiting),
+           cat("ShmTransport ", call, " on rank ", rank_, " timed out waiting for ", waiting));
     }
+    const bool liveness = now - last_look >= kLivenessPeriod;
+    if (liveness) last_look = now;
+    check_peers(sent < send_pieces ? to : -1, received < recv_pieces ? from : -1, call, liveness);
     if (now - idle_since < kSpin) {
       cpu_relax();
     } else {

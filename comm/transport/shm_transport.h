@@ -17,7 +17,10 @@
 // deadline. With a deadline (set_deadline; the process group sets its collective's), a
 // wait past it throws std::runtime_error naming the rank waited for, and the transport is
 // then unusable (its channels stop part-way through a message): every later call throws.
-// A message of another length than expected throws as well.
+// A message of another length than expected throws as well. A peer that exits (killed,
+// crashed) is noticed while waiting for it, within about 100 ms: the wait throws naming
+// its rank and process id instead of lasting until the deadline; and a rank whose wait
+// failed marks its segment, so that the ranks waiting for it give up at once too.
 #pragma once
 
 #include <chrono>
@@ -74,7 +77,14 @@ class ShmTransport final : public Transport {
     DType dtype = DType::f32;  // reduce only
     ReduceOp op = ReduceOp::sum;
   };
-  ShmTransport(int rank, int size, size_t slot_bytes, int slots, std::vector<Mapping> segments);
+  ShmTransport(int rank, int size, size_t slot_bytes, int slots, std::vector<Mapping> segments,
+               std::vector<int> pids);
+  // Throws (and breaks the transport) when a peer this rank waits for gave up, or (with
+  // liveness) has exited.
+  void check_peers(int to, int from, const char* call, bool liveness);
+  // Breaks the transport (why), tells the peers (the segment's failed word), throws message.
+  // dead: the rank whose exit caused it, or -1.
+  [[noreturn]] void fail(const std::string& why, const std::string& message, int dead = -1);
   // Moves one message each way (to < 0: none sent; from < 0: none received), interleaving
   // the pieces of both so that neither end waits for the other's whole message.
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
@@ -86,6 +96,7 @@ class ShmTransport final : public Transport {
   int slots_ = 0;
   size_t channel_bytes_ = 0;
   std::vector<Mapping> segments_;  // every rank's segment, mapped here
+  std::vector<int> pids_;           // every rank's process, to tell a dead peer from a slow one
   Deadline deadline_ = Deadline::max();
   std::string broken_;  // why the transport is unusable; empty while usable
 };
