@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Fault injection (issue 17): 3 ranks of apps/train --sync ddp, started by torchrun's
+variables, one killed with SIGKILL during the second epoch, over shared memory and over TCP.
+The survivors must exit non-zero (on shared memory both naming it; over TCP the rank that
+reads from it names it, the other the rank that gave up); a restart from the checkpoint of the first epoch
+must give the second epoch's losses of an uninterrupted run, bit for bit.
+
+usage: fault_resume_test.py TRAIN"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+train = sys.argv[1]
+failures = []
+STEPS = 150  # per epoch: long enough to kill a rank in the middle of the second
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(transport, metrics, extra):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    args = [train, "--sync", "ddp", "--epochs", "2", "--max-iters", str(STEPS), "--threads", "1",
+            "--eval-every", "0", "--log-every", "1", "--transport", transport,
+            "--comm-timeout", "120", "--metrics", metrics, *extra]
+    return [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": "3",
+                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for r in range(3)]
+
+
+def finish(procs):
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def epoch2_losses(path):
+    with open(path) as f:
+        lines = [json.loads(line) for line in f]
+    return [j["loss"] for j in lines if j.get("type") == "iteration" and j.get("epoch") == 2]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for transport in ("shm", "tcp"):
+        ref = f"{tmp}/{transport}-ref.json"
+        codes, outs = finish(start(transport, ref, []))
+        check(codes == [0, 0, 0], f"{transport}: the uninterrupted run exits 0: {codes}")
+
+        ckpt = f"{tmp}/{transport}.safetensors"
+        procs = start(transport, f"{tmp}/{transport}-killed.json", ["--checkpoint", ckpt])
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ckpt) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # into the second epoch
+        procs[2].send_signal(signal.SIGKILL)
+        codes, outs = finish(procs)
+        check(codes[:2] == [1, 1] and codes[2] == -signal.SIGKILL,
+              f"{transport}: killed mid-epoch: the survivors exit 1: {codes}")
+        if transport == "shm":  # a rank that gives up passes the dead rank on
+            for r in (0, 1):
+                check(f"rank 2 (process {procs[2].pid}) has exited" in outs[r],
+                      f"{transport}: rank {r} names rank 2: {outs[r].strip()[-250:]!r}")
+        else:  # the rank reading from it names it; the other hears of the one that gave up
+            check(any("rank 2 closed its connection" in out for out in outs[:2]),
+                  f"{transport}: a survivor names rank 2: {[o.strip()[-200:] for o in outs[:2]]!r}")
+
+        resumed = f"{tmp}/{transport}-resumed.json"
+        codes, outs = finish(start(transport, resumed, ["--resume", ckpt]))
+        check(codes == [0, 0, 0], f"{transport}: the restart from the checkpoint exits 0: {codes}")
+        a, b = epoch2_losses(ref), epoch2_losses(resumed)
+        check(len(a) == STEPS and a == b,
+              f"{transport}: the second epoch's {len(b)} losses after the restart equal the "
+              f"uninterrupted run's {len(a)}, bit for bit")
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
