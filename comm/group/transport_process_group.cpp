@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/algorithms/collectives.h"
 #include "ringflow/comm/transport/counting_transport.h"
 #include "ringflow/framework/error.h"
 
@@ -13,76 +14,6 @@ namespace {
 using Kind = CollectiveKind;
 
 size_t bytes_of(Buffer b) { return static_cast<size_t>(b.count) * dtype_size(b.dtype); }
-unsigned char* block(Buffer b, int64_t i, int64_t m) {
-  return static_cast<unsigned char*>(b.data) + static_cast<size_t>(i * m) * dtype_size(b.dtype);
-}
-
-// Down a binomial tree rooted at root: log2(n) steps, every rank receives the bytes once.
-void tree_broadcast(Transport& t, Buffer b, int root) {
-  const int n = t.size(), vr = (t.rank() - root + n) % n;
-  int mask = 1;
-  for (; mask < n; mask <<= 1) {
-    if (vr & mask) {
-      t.recv(b.data, bytes_of(b), (vr - mask + root) % n);
-      break;
-    }
-  }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < n) t.send(b.data, bytes_of(b), (vr + mask + root) % n);
-  }
-}
-
-// Every rank's buffer straight to the root, reduced there in rank order.
-void direct_reduce(Transport& t, Buffer b, ReduceOp op, int root) {
-  const int n = t.size();
-  if (t.rank() != root) {
-    t.send(b.data, bytes_of(b), root);
-    return;
-  }
-  std::vector<unsigned char> incoming(bytes_of(b));
-  for (int q = 0; q < n; ++q) {
-    if (q == root) continue;
-    t.recv(incoming.data(), incoming.size(), q);
-    reduce_into(b.data, incoming.data(), b.count, b.dtype, op);
-  }
-  if (op == ReduceOp::avg) finish_average(b, n);
-}
-
-// Rank r's block of m elements lands at out[r * m] on every rank: n-1 steps around a ring.
-void ring_allgather(Transport& t, Buffer out, Buffer in) {
-  const int n = t.size(), r = t.rank();
-  const int64_t m = in.count;
-  const size_t bytes = bytes_of(in);
-  std::memcpy(block(out, r, m), in.data, bytes);
-  for (int s = 0; s < n - 1; ++s) {
-    const int send = ((r - s) % n + n) % n, recv = ((r - s - 1) % n + n) % n;
-    t.sendrecv(block(out, send, m), bytes, (r + 1) % n, block(out, recv, m), bytes, (r + n - 1) % n);
-  }
-}
-
-// Block r of the op over every rank's input lands in out: n-1 reduce steps around a ring,
-// each sending the block it reduced the step before.
-void ring_reduce_scatter(Transport& t, Buffer out, Buffer in, ReduceOp op) {
-  const int n = t.size(), r = t.rank();
-  const int64_t m = out.count;
-  const size_t bytes = bytes_of(out);
-  std::vector<unsigned char> work(bytes_of(in));
-  std::memcpy(work.data(), in.data, work.size());
-  const Buffer w{work.data(), in.count, in.dtype};
-  for (int s = 0; s < n - 1; ++s) {
-    const int send = ((r - s - 1) % n + n) % n, reduce = ((r - s - 2) % n + n) % n;
-    t.sendrecv_reduce(block(w, send, m), bytes, (r + 1) % n, block(w, reduce, m), m, in.dtype, op,
-                      (r + n - 1) % n);
-  }
-  std::memcpy(out.data, block(w, r, m), bytes);
-  if (op == ReduceOp::avg) finish_average(out, n);
-}
-
-// Zero-byte messages to r + 2^k and from r - 2^k: no rank leaves before every rank came.
-void dissemination_barrier(Transport& t) {
-  const int n = t.size(), r = t.rank();
-  for (int k = 1; k < n; k <<= 1) t.sendrecv(nullptr, 0, (r + k) % n, nullptr, 0, (r - k + n) % n);
-}
 
 struct P2pHeader {  // what precedes a send's data, so that the receiver can check the tag
   int64_t tag = 0;
@@ -169,14 +100,14 @@ std::shared_ptr<Work> TransportProcessGroup::do_broadcast(const Tensor& t, const
   const bool root = rank() == o.root;
   return enqueue_on_transport(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
                               {{t, /*in=*/root, /*out=*/!root}},
-                              [root = o.root](Op& op, Transport& tr) { tree_broadcast(tr, op.host(0), root); });
+                              [root = o.root](Op& op, Transport& tr) { broadcast_tree(tr, op.host(0), root); });
 }
 
 std::shared_ptr<Work> TransportProcessGroup::do_reduce(const Tensor& t, const CollectiveOptions& o) {
   const bool root = rank() == o.root;
   return enqueue_on_transport(make_fp(Kind::reduce, t.dtype(), t.numel(), o), o,
                               {{t, /*in=*/true, /*out=*/root}}, [o](Op& op, Transport& tr) {
-                                direct_reduce(tr, op.host(0), o.op, o.root);
+                                reduce_to_root(tr, op.host(0), o.op, o.root);
                               });
 }
 
@@ -197,7 +128,7 @@ std::shared_ptr<Work> TransportProcessGroup::do_allgather(const Tensor& out, con
                                                           const CollectiveOptions& o) {
   return enqueue_on_transport(make_fp(Kind::allgather, in.dtype(), in.numel(), o), o,
                               {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
-                              [](Op& op, Transport& tr) { ring_allgather(tr, op.host(0), op.host(1)); });
+                              [](Op& op, Transport& tr) { allgather_ring(tr, op.host(0), op.host(1)); });
 }
 
 std::shared_ptr<Work> TransportProcessGroup::do_reduce_scatter(const Tensor& out, const Tensor& in,
@@ -205,7 +136,7 @@ std::shared_ptr<Work> TransportProcessGroup::do_reduce_scatter(const Tensor& out
   return enqueue_on_transport(make_fp(Kind::reduce_scatter, out.dtype(), out.numel(), o), o,
                               {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/true, /*out=*/false}},
                               [o](Op& op, Transport& tr) {
-                                ring_reduce_scatter(tr, op.host(0), op.host(1), o.op);
+                                reduce_scatter_ring(tr, op.host(0), op.host(1), o.op);
                               });
 }
 
@@ -215,17 +146,7 @@ std::shared_ptr<Work> TransportProcessGroup::do_gather(const Tensor& out, const 
   return enqueue_on_transport(
       make_fp(Kind::gather, in.dtype(), in.numel(), o), o,
       {{out, /*in=*/false, /*out=*/root}, {in, /*in=*/true, /*out=*/false}},
-      [root = o.root](Op& op, Transport& tr) {
-        const Buffer ob = op.host(0), ib = op.host(1);
-        if (tr.rank() != root) return tr.send(ib.data, bytes_of(ib), root);
-        for (int q = 0; q < tr.size(); ++q) {
-          if (q == root) {
-            std::memcpy(block(ob, q, ib.count), ib.data, bytes_of(ib));
-          } else {
-            tr.recv(block(ob, q, ib.count), bytes_of(ib), q);
-          }
-        }
-      });
+      [root = o.root](Op& op, Transport& tr) { gather_to_root(tr, op.host(0), op.host(1), root); });
 }
 
 std::shared_ptr<Work> TransportProcessGroup::do_scatter(const Tensor& out, const Tensor& in,
@@ -234,23 +155,13 @@ std::shared_ptr<Work> TransportProcessGroup::do_scatter(const Tensor& out, const
   return enqueue_on_transport(
       make_fp(Kind::scatter, out.dtype(), out.numel(), o), o,
       {{out, /*in=*/false, /*out=*/true}, {in, /*in=*/root, /*out=*/false}},
-      [root = o.root](Op& op, Transport& tr) {
-        const Buffer ob = op.host(0), ib = op.host(1);
-        if (tr.rank() != root) return tr.recv(ob.data, bytes_of(ob), root);
-        for (int q = 0; q < tr.size(); ++q) {
-          if (q == root) {
-            std::memcpy(ob.data, block(ib, q, ob.count), bytes_of(ob));
-          } else {
-            tr.send(block(ib, q, ob.count), bytes_of(ob), q);
-          }
-        }
-      });
+      [root = o.root](Op& op, Transport& tr) { scatter_from_root(tr, op.host(0), op.host(1), root); });
 }
 
 std::shared_ptr<Work> TransportProcessGroup::do_barrier(const CollectiveOptions& o) {
   Fingerprint fp;
   fp.kind = static_cast<int32_t>(Kind::barrier);
-  return enqueue_on_transport(fp, o, {}, [](Op&, Transport& tr) { dissemination_barrier(tr); });
+  return enqueue_on_transport(fp, o, {}, [](Op&, Transport& tr) { barrier_dissemination(tr); });
 }
 
 std::shared_ptr<Work> TransportProcessGroup::do_send(const Tensor& t, int peer, int tag,
