@@ -328,6 +328,52 @@ TEST_CASE("every algorithm x dtype x op x small count gives the closed form") {
   }, /*tiny=*/true);
 }
 
+// Hosts of the world's ranks to try: one host, a host per rank, and blocks of 2 and 3 ranks
+// (2x2 at 4 ranks, 3x2 and 2x3 at 6), one layout whose hosts interleave.
+std::vector<std::vector<int>> host_layouts(int n) {
+  std::vector<std::vector<int>> layouts{std::vector<int>(n, 0), {}};
+  for (int r = 0; r < n; ++r) layouts[1].push_back(r);
+  for (int per_host : {2, 3}) {
+    if (n <= per_host) continue;
+    std::vector<int> blocks;
+    for (int r = 0; r < n; ++r) blocks.push_back(r / per_host);
+    layouts.push_back(blocks);
+  }
+  if (n >= 3) {
+    std::vector<int> interleaved;
+    for (int r = 0; r < n; ++r) interleaved.push_back(r % 2);
+    layouts.push_back(interleaved);
+  }
+  return layouts;
+}
+
+TEST_CASE("hierarchical allreduce: every layout of hosts gives the closed form, the same bits everywhere") {
+  on_each_transport([] {
+    const int rank = transport().rank(), n = transport().size();
+    for (const std::vector<int>& hosts : host_layouts(n)) {
+      std::string layout;
+      for (int h : hosts) layout += std::to_string(h);
+      CAPTURE(layout);
+      for (DType dtype : {DType::f32, DType::bf16, DType::i64}) {
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+          for (int64_t count : {int64_t{1}, int64_t{n + 1}, int64_t{1009}}) {
+            CAPTURE(dtype_name(dtype));
+            CAPTURE(reduce_op_name(op));
+            CAPTURE(count);
+            std::vector<unsigned char> bytes(count * dtype_size(dtype));
+            for (int64_t i = 0; i < count; ++i) set(bytes, dtype, i, (rank + 1) * (1 + i % 7));
+            hierarchical_allreduce(transport(), {bytes.data(), count, dtype}, op, hosts);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < count; ++i) bad += get(bytes, dtype, i) != expected(op, dtype, n, i);
+            CHECK_MESSAGE(bad == 0, bad, " wrong elements");
+            check_same_everywhere(bytes.data(), bytes.size());
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("a large prime count (1000003 elements), several ring segments") {
   on_each_transport([&] {
     const int n = transport().size();

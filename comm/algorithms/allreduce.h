@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ringflow/comm/base/reduce.h"
 #include "ringflow/comm/base/types.h"
@@ -19,6 +20,11 @@ void recursive_doubling_allreduce(Transport& t, Buffer buf, ReduceOp op);
 // Reduce-scatter then allgather over size() chunks (uneven handled), each step pipelined in
 // segments of at most segment_bytes so that large messages stream.
 void ring_allreduce(Transport& t, Buffer buf, ReduceOp op, size_t segment_bytes = 1 << 20);
+
+// host_of[r]: rank r's host. Within each host a reduce to its first rank (the leader), our
+// ring among the leaders, a broadcast back within each host: only the leaders talk across
+// hosts (hierarchical_allreduce.cpp).
+void hierarchical_allreduce(Transport& t, Buffer buf, ReduceOp op, const std::vector<int>& host_of);
 
 // What Algorithm::automatic resolves to for this message and world size: one of ours.
 Algorithm choose_allreduce(size_t bytes, int world_size);
