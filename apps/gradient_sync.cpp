@@ -81,20 +81,54 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
 
 void GradientSync::after_backward(bool last) {
   if (ddp_) {
-    const comm::DdpStats st = ddp_->stats();
-    step_.traffic += st.backward.traffic;
-    step_.comm_ms += st.backward.comm_ms;
-    step_.backward_wait_ms += st.backward.wait_ms;
-    if (st.backward.synchronized) {
-      step_.events.insert(step_.events.end(), st.backward.events.begin(), st.backward.events.end());
-      step_.waits.push_back({"end of backward", st.backward.wait_start, st.backward.backward_end});
-    }
-    return;
+    record_ddp_backward();
+  } else if (options_.mode != SyncMode::none && last) {
+    average_each_gradient();
   }
-  if (options_.mode == SyncMode::none || !last) return;
+}
+
+// ddp reduced its buckets during backward: their events, and the training thread's wait at
+// the end of backward for the last of them.
+void GradientSync::record_ddp_backward() {
+  const comm::DdpStats st = ddp_->stats();
+  step_.traffic += st.backward.traffic;
+  step_.comm_ms += st.backward.comm_ms;
+  step_.backward_wait_ms += st.backward.wait_ms;
+  if (st.backward.synchronized) {
+    step_.events.insert(step_.events.end(), st.backward.events.begin(), st.backward.events.end());
+    step_.waits.push_back({"end of backward", st.backward.wait_start, st.backward.backward_end});
+  }
+}
+
+namespace {
+
+// p's gradient as the group takes it, set back on p: every rank reduces every parameter in
+// the same order, so an unused one sends zeros; channels-last weight gradients made dense.
+Tensor dense_grad(Tensor& p) {
+  Tensor g = p.grad();
+  if (!g.defined()) {
+    g = zeros_like(p);
+  } else if (!g.is_contiguous()) {
+    NoGradGuard no_grad;
+    g = g.contiguous();
+  }
+  p.set_grad(g);
+  return g;
+}
+
+// One gradient's collectives in flight: an allreduce, or a reduce then a broadcast.
+struct Pending {
+  CommEvent event;
+  std::vector<std::shared_ptr<comm::Work>> works;
+};
+
+}  // namespace
+
+// gather-scatter and allreduce: every gradient averaged on its own, all issued, then all
+// waited for. gather-scatter by the group's collectives is a reduce to rank 0, then a
+// broadcast back (queued together: a group runs them in issue order, process_group.h).
+void GradientSync::average_each_gradient() {
   const auto start = Clock::now();
-  // gather-scatter by the group's collectives: a reduce to rank 0, then a broadcast back
-  // (queued together: a group runs them in issue order, process_group.h).
   const bool gather_scatter = options_.mode == SyncMode::gather_scatter;
   const bool by_collectives = gather_scatter && (options_.gather_scatter_by_collectives ||
                                                  pg_->backend_name() == "nccl");
@@ -104,50 +138,35 @@ void GradientSync::after_backward(bool last) {
                 : by_collectives ? comm::Algorithm::automatic : comm::Algorithm::naive;
   o.root = 0;
   o.timeout = options_.timeout;
-  const size_t per_gradient = by_collectives ? 2 : 1;  // Works per gradient
-  std::vector<std::shared_ptr<comm::Work>> works;
-  std::vector<CommEvent> events;
+  std::vector<Pending> pending;
   std::vector<Tensor> params = model_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    Tensor& p = params[i];
-    if (!p.requires_grad()) continue;
-    Tensor g = p.grad();
-    // Every rank reduces every parameter, in the same order: an unused one sends zeros.
-    if (!g.defined()) {
-      g = zeros_like(p);
-    } else if (!g.is_contiguous()) {
-      NoGradGuard no_grad;
-      g = g.contiguous();  // channels-last weight gradients; the group takes dense tensors
-    }
-    p.set_grad(g);
-    CommEvent e;
-    e.name = names_[i];
-    e.index = static_cast<int>(i);
-    e.bytes = g.numel() * static_cast<int64_t>(dtype_size(g.dtype()));
-    e.ready = e.launched = Clock::now();
+    if (!params[i].requires_grad()) continue;
+    Tensor g = dense_grad(params[i]);
+    Pending& q = pending.emplace_back();
+    q.event.name = names_[i];
+    q.event.index = static_cast<int>(i);
+    q.event.bytes = g.numel() * static_cast<int64_t>(dtype_size(g.dtype()));
+    q.event.ready = q.event.launched = Clock::now();
     if (by_collectives) {
-      works.push_back(pg_->reduce(g, o));
-      works.push_back(pg_->broadcast(g, o));
+      q.event.collective = "reduce+broadcast";
+      q.works = {pg_->reduce(g, o), pg_->broadcast(g, o)};
     } else {
-      works.push_back(pg_->allreduce(g, o));
+      q.works = {pg_->allreduce(g, o)};
     }
-    events.push_back(std::move(e));
   }
-  for (size_t k = 0; k < events.size(); ++k) {
-    CommEvent& e = events[k];
-    if (by_collectives) e.collective = "reduce+broadcast";
-    for (size_t j = 0; j < per_gradient; ++j) {
-      comm::Work& w = *works[k * per_gradient + j];
-      w.wait();
-      step_.traffic += w.traffic();
-      step_.comm_ms += ms_between(w.start_time(), w.end_time());
-      e.add(w);
+  for (Pending& q : pending) {
+    for (const auto& w : q.works) {
+      w->wait();
+      step_.traffic += w->traffic();
+      step_.comm_ms += ms_between(w->start_time(), w->end_time());
+      q.event.add(*w);
     }
   }
   const auto end = Clock::now();
   step_.after_wait_ms += ms_between(start, end);
   step_.waits.push_back({"after backward", start, end});
-  for (CommEvent& e : events) step_.events.push_back(std::move(e));
+  for (Pending& q : pending) step_.events.push_back(std::move(q.event));
 }
 
 void GradientSync::zero_grad(optim::Optimizer& optimizer) {

@@ -81,6 +81,9 @@ class GradientSync {
   const SyncOptions& options() const { return options_; }
 
  private:
+  void record_ddp_backward();
+  void average_each_gradient();
+
   nn::ModulePtr model_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   SyncOptions options_;

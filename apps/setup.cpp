@@ -23,11 +23,11 @@ comm::Algorithm algorithm_from_flag(const std::string& name) {
   return name == "rd" ? comm::Algorithm::recursive_doubling : comm::algorithm_from_name(name);
 }
 
+namespace {
+
 // The number of processes the launcher started, read from its environment (MPICH's Hydra
 // sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, torchrun WORLD_SIZE, srun SLURM_NTASKS),
 // without initialising MPI: --sync none must not, so that a plain single-process run stays one.
-namespace {
-
 int launched_ranks() {
   for (const char* var : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
@@ -37,8 +37,6 @@ int launched_ranks() {
 }
 
 }  // namespace
-
-
 
 Data open_data(const Flags& f, const Shape& model_input) {
   Data d;
@@ -91,8 +89,6 @@ std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
       std::vector<std::shared_ptr<const optim::LRSchedule>>{warmup, main},
       std::vector<int64_t>{f.warmup_epochs});
 }
-
-
 
 namespace {
 

@@ -12,7 +12,6 @@
 namespace ringflow::apps {
 namespace {
 
-
 // CLI11's PositiveNumber prints the whole double range in its message; say it plainly.
 CLI::Validator bound(double limit, bool inclusive) {
   return CLI::Validator(
@@ -40,9 +39,10 @@ CLI::Validator at_most_threads(const char* what) {
       fmt::format("<= {}", limit));
 }
 
-}  // namespace
+// The flags in groups, added in the order `train --help` lists them.
 
-void add_flags(CLI::App& app, Flags& f) {
+// What is trained, on what, and the optimizer.
+void add_training_flags(CLI::App& app, Flags& f) {
   const auto above0 = bound(0, false), at_least0 = bound(0, true);
   app.add_option("--model", f.model, "model name")->capture_default_str()
       ->check(CLI::IsMember(models::model_names()));
@@ -63,6 +63,11 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(CLI::IsMember({"none", "step", "multistep", "cosine"}));
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up epochs before the schedule")
       ->capture_default_str()->check(at_least0);
+}
+
+// Where and how it computes: threads, convolutions, device, loaders, seed.
+void add_execution_flags(CLI::App& app, Flags& f) {
+  const auto at_least0 = bound(0, true);
   app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
                  "between its ranks)")->capture_default_str()->check(at_least0)
       ->check(at_most_threads("threads"));
@@ -76,6 +81,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();
+}
+
+// How long it runs and what it writes: log lines, evaluation, checkpoints, metrics, trace.
+void add_output_flags(CLI::App& app, Flags& f) {
+  const auto above0 = bound(0, false), at_least0 = bound(0, true);
   app.add_option("--log-every", f.log_every, "iterations between loss lines")->capture_default_str()->check(above0);
   app.add_option("--max-iters", f.max_iters, "stop each epoch after this many iterations (0: all)")
       ->capture_default_str()->check(at_least0);
@@ -92,6 +102,11 @@ void add_flags(CLI::App& app, Flags& f) {
                  "in ui.perfetto.dev, chrome://tracing): compute spans on one track, each "
                  "collective on another; under mpiexec one file per rank, the rank inserted "
                  "before the extension (trace.json: trace.rank0.json, trace.rank1.json, ...)");
+}
+
+// Data parallelism: the sync strategy, its algorithm, the launcher and transport, ddp's knobs.
+void add_parallel_flags(CLI::App& app, Flags& f) {
+  const auto above0 = bound(0, false), at_least0 = bound(0, true);
   app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
                  "allreduce (each gradient after backward) or ddp (bucketed, overlapped); "
                  "the others under mpiexec -n N, torchrun or srun")->capture_default_str()
@@ -120,6 +135,15 @@ void add_flags(CLI::App& app, Flags& f) {
                  "for all but the last)")->capture_default_str()->check(bound(1, true));
   app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
+}
+
+}  // namespace
+
+void add_flags(CLI::App& app, Flags& f) {
+  add_training_flags(app, f);
+  add_execution_flags(app, f);
+  add_output_flags(app, f);
+  add_parallel_flags(app, f);
 }
 
 }  // namespace ringflow::apps
