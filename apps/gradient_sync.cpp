@@ -17,7 +17,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 constexpr SyncMode kModes[] = {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce,
-                               SyncMode::ddp};
+                               SyncMode::ddp, SyncMode::fedavg};
 
 }  // namespace
 
@@ -27,6 +27,7 @@ const char* sync_mode_name(SyncMode mode) {
     case SyncMode::gather_scatter: return "gather-scatter";
     case SyncMode::allreduce: return "allreduce";
     case SyncMode::ddp: return "ddp";
+    case SyncMode::fedavg: return "fedavg";
   }
   return "?";
 }
@@ -36,7 +37,7 @@ SyncMode sync_mode_from_name(const std::string& name) {
     if (name == sync_mode_name(m)) return m;
   }
   throw std::invalid_argument("unknown --sync '" + name +
-                              "' (choices: none, gather-scatter, allreduce, ddp)");
+                              "' (choices: none, gather-scatter, allreduce, ddp, fedavg)");
 }
 
 GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGroup> pg,
@@ -69,6 +70,7 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
   Tensor y = ddp_->forward(x);
   const comm::DdpStats st = ddp_->stats();
   step_.traffic += st.broadcast.traffic;
+  step_.model += st.broadcast.model;
   step_.comm_ms += st.broadcast_ms();
   step_.forward_wait_ms += st.broadcast_ms();
   if (st.broadcast.started != Clock::time_point{}) {
@@ -82,7 +84,7 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
 void GradientSync::after_backward(bool last) {
   if (ddp_) {
     record_ddp_backward();
-  } else if (options_.mode != SyncMode::none && last) {
+  } else if (options_.mode != SyncMode::none && options_.mode != SyncMode::fedavg && last) {
     average_each_gradient();
   }
 }
@@ -92,6 +94,7 @@ void GradientSync::after_backward(bool last) {
 void GradientSync::record_ddp_backward() {
   const comm::DdpStats st = ddp_->stats();
   step_.traffic += st.backward.traffic;
+  step_.model += st.backward.model;
   step_.comm_ms += st.backward.comm_ms;
   step_.backward_wait_ms += st.backward.wait_ms;
   if (st.backward.synchronized) {
@@ -151,8 +154,11 @@ void GradientSync::average_each_gradient() {
     if (by_collectives) {
       q.event.collective = "reduce+broadcast";
       q.works = {pg_->reduce(g, o), pg_->broadcast(g, o)};
+      q.event.model = comm::reduce_traffic(q.event.bytes, pg_->size(), pg_->rank(), o.root);
+      q.event.model += comm::broadcast_traffic(q.event.bytes, pg_->size(), pg_->rank(), o.root);
     } else {
       q.works = {pg_->allreduce(g, o)};
+      q.event.model = pg_->allreduce_traffic_model(g.numel(), g.dtype(), o.algorithm);
     }
   }
   for (Pending& q : pending) {
@@ -166,11 +172,63 @@ void GradientSync::average_each_gradient() {
   const auto end = Clock::now();
   step_.after_wait_ms += ms_between(start, end);
   step_.waits.push_back({"after backward", start, end});
-  for (Pending& q : pending) step_.events.push_back(std::move(q.event));
+  for (Pending& q : pending) {
+    step_.model += q.event.model;
+    step_.events.push_back(std::move(q.event));
+  }
+}
+
+bool GradientSync::after_step(int64_t samples) {
+  if (options_.mode != SyncMode::fedavg) return false;
+  ++round_steps_;
+  round_samples_ += static_cast<double>(samples);
+  if (options_.local_steps == 0 || round_steps_ < options_.local_steps) return false;
+  average_models();
+  return true;
+}
+
+bool GradientSync::end_of_epoch(int64_t epoch, bool last) {
+  if (options_.mode != SyncMode::fedavg) return false;
+  const bool due = options_.local_steps > 0 ? round_steps_ > 0
+                                            : epoch % options_.local_epochs == 0 || last;
+  if (!due) return false;
+  average_models();
+  return true;
+}
+
+void GradientSync::average_models() {
+  const auto start = Clock::now();
+  const CommEvent e = comm::average_model(
+      *model_, *pg_, round_samples_,
+      {.topology = options_.topology, .algorithm = options_.algorithm, .wire = options_.wire,
+       .timeout = options_.timeout});
+  const auto end = Clock::now();
+  step_.traffic += e.traffic;
+  step_.model += e.model;
+  step_.comm_ms += e.ms();
+  step_.after_wait_ms += ms_between(start, end);
+  step_.waits.push_back({"model average", start, end});
+  step_.events.push_back(e);
+  ++step_.rounds;
+  round_steps_ = 0;
+  round_samples_ = 0;
 }
 
 void GradientSync::zero_grad(optim::Optimizer& optimizer) {
   optimizer.zero_grad(/*set_to_none=*/!ddp_);
+}
+
+StepComm& StepComm::operator+=(const StepComm& o) {
+  traffic += o.traffic;
+  model += o.model;
+  rounds += o.rounds;
+  comm_ms += o.comm_ms;
+  forward_wait_ms += o.forward_wait_ms;
+  backward_wait_ms += o.backward_wait_ms;
+  after_wait_ms += o.after_wait_ms;
+  events.insert(events.end(), o.events.begin(), o.events.end());
+  waits.insert(waits.end(), o.waits.begin(), o.waits.end());
+  return *this;
 }
 
 StepComm GradientSync::take() {

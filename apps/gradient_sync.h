@@ -7,6 +7,9 @@
 //                   broadcast back
 //   allreduce       after backward, every gradient allreduced on its own (--algo)
 //   ddp             DistributedDataParallel: bucketed, overlapped with backward
+//   fedavg          federated averaging: no gradient is exchanged; every --local-steps
+//                   optimizer steps (and at each epoch's end), or every --local-epochs
+//                   epochs, the models are averaged weighted by samples (comm/ddp/model_average.h)
 // Each reports the step's communication (bytes, time on the communication thread, time the
 // training thread waited for it), split so that the app can tell compute from waiting, and
 // when each collective and each wait happened (for --trace, apps/trace.h).
@@ -18,12 +21,13 @@
 #include <vector>
 
 #include "ringflow/comm/ddp/ddp.h"
+#include "ringflow/comm/ddp/model_average.h"
 #include "ringflow/framework/nn/module.h"
 #include "ringflow/framework/optim/optimizer.h"
 
 namespace ringflow::apps {
 
-enum class SyncMode { none, gather_scatter, allreduce, ddp };
+enum class SyncMode { none, gather_scatter, allreduce, ddp, fedavg };
 SyncMode sync_mode_from_name(const std::string& name);  // the --sync names
 const char* sync_mode_name(SyncMode mode);
 
@@ -37,6 +41,12 @@ struct SyncOptions {
   // gather-scatter as the group's reduce to rank 0 and broadcast back (one event per
   // gradient) rather than our naive allreduce; always so over NCCL.
   bool gather_scatter_by_collectives = false;
+  // fedavg: a round every local_steps optimizer steps and at each epoch's end, or (when
+  // local_steps is 0) at the end of every local_epochs-th epoch and of the last.
+  int64_t local_steps = 0;
+  int local_epochs = 1;
+  comm::AverageTopology topology = comm::AverageTopology::cloud;
+  DType wire = DType::f32;  // what fedavg's models travel as
 };
 
 using comm::CommEvent;  // one collective of a step (comm/group/comm_event.h)
@@ -51,6 +61,8 @@ struct CommWait {
 // One optimizer step's communication, summed over its micro-batches.
 struct StepComm {
   comm::Traffic traffic;
+  comm::Traffic model;           // the closed form of what traffic counted
+  int rounds = 0;                // fedavg's model averages
   double comm_ms = 0;            // the communication thread's time on the step's collectives
   double forward_wait_ms = 0;    // inside forward (ddp's buffer broadcast)
   double backward_wait_ms = 0;   // inside backward (ddp's end-of-backward wait)
@@ -58,6 +70,8 @@ struct StepComm {
   double exposed_ms() const { return forward_wait_ms + backward_wait_ms + after_wait_ms; }
   std::vector<CommEvent> events;  // in issue order
   std::vector<CommWait> waits;    // in time order; their lengths sum to exposed_ms()
+
+  StepComm& operator+=(const StepComm& o);
 };
 
 class GradientSync {
@@ -75,6 +89,11 @@ class GradientSync {
   // After the optimizer step: zeroes the gradients the way the strategy needs (ddp keeps
   // them as views of its buckets, zeroed; the others drop them).
   void zero_grad(optim::Optimizer& optimizer);
+  // After the optimizer step, with the samples the step trained on: fedavg averages the
+  // models when a round is due. True when it communicated (take() has it).
+  bool after_step(int64_t samples);
+  // At the end of `epoch` (`last`: of the run): fedavg closes the round when one is due.
+  bool end_of_epoch(int64_t epoch, bool last);
   // The communication since the last call, and starts counting afresh.
   StepComm take();
 
@@ -83,6 +102,7 @@ class GradientSync {
  private:
   void record_ddp_backward();
   void average_each_gradient();
+  void average_models();
 
   nn::ModulePtr model_;
   std::shared_ptr<comm::ProcessGroup> pg_;
@@ -90,6 +110,8 @@ class GradientSync {
   std::unique_ptr<comm::DistributedDataParallel> ddp_;
   std::vector<std::string> names_;  // of the parameters, in model_->parameters() order
   StepComm step_;
+  int64_t round_steps_ = 0;       // fedavg: optimizer steps since the last average
+  double round_samples_ = 0;      // ... and the samples they trained on
 };
 
 }  // namespace ringflow::apps

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <span>
 #include <tuple>
 
 #include "ringflow/framework/ringflow.h"
@@ -17,14 +18,28 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 // collective of their own, which is why under mpiexec they reach the metrics file at the
 // end of the epoch. Without a group, this rank's as mean and max.
 AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
+  // Ranks that train at their own pace (fedavg over unequal shares) log different numbers
+  // of iterations: the first ones that every rank has go into the vector.
+  size_t logged = s.logged.size();
+  if (pg && pg->size() > 1) {
+    Tensor n = from_vector({static_cast<double>(logged)}, {1}, DType::f64);
+    comm::CollectiveOptions o;
+    o.timeout = timeout;
+    o.op = comm::ReduceOp::min;
+    pg->allreduce(n, o)->wait();
+    logged = static_cast<size_t>(n.item());
+  }
+  const std::span<const IterationRecord> records(s.logged.data(), logged);
   std::vector<double> v;
-  v.reserve(Figures::kValues + 4 + s.logged.size() * IterationRecord::kValues);
+  v.reserve(Figures::kValues + EpochTraffic::kValues + 4 +
+            records.size() * IterationRecord::kValues);
   const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
                                      : Figures{};
   mine.append_to(v);
+  s.traffic.append_to(v);
   v.insert(v.end(), {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
                      static_cast<double>(s.batches)});
-  for (const IterationRecord& r : s.logged) {
+  for (const IterationRecord& r : records) {
     r.figures.append_to(v);
     v.insert(v.end(), {r.loss, r.correct, r.seen});
   }
@@ -50,12 +65,16 @@ AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Time
   const double* pm = max.data();
   r.mean = Figures::read(ps).divided(world);
   r.max = Figures::read(pm);
+  r.traffic_mean = EpochTraffic::read(ps);
+  r.traffic_max = EpochTraffic::read(pm);
+  for (double* x : {&r.traffic_mean.sent, &r.traffic_mean.received, &r.traffic_mean.model_sent,
+                    &r.traffic_mean.model_received, &r.traffic_mean.rounds}) *x /= world;
   r.loss_sum = *ps++;
   r.correct = static_cast<int64_t>(*ps++);
   r.seen = static_cast<int64_t>(*ps++);
   r.batches = static_cast<int64_t>(*ps++);
   pm += 4;
-  for (const IterationRecord& mine_it : s.logged) {
+  for (const IterationRecord& mine_it : records) {
     AcrossRanks::Iteration it{&mine_it, Figures::read(ps).divided(world), Figures::read(pm)};
     it.loss = *ps++ / world;
     it.correct = *ps++;
@@ -81,6 +100,17 @@ void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
     j[key] = a;
     j[std::string("max_") + key] = b;
   }
+}
+
+void put_epoch_traffic(nlohmann::json& j, const AcrossRanks& a) {
+  const EpochTraffic& m = a.traffic_mean;
+  j["epoch_bytes_sent"] = m.sent;
+  j["epoch_bytes_received"] = m.received;
+  j["epoch_bytes_sent_closed_form"] = m.model_sent;
+  j["epoch_bytes_received_closed_form"] = m.model_received;
+  j["max_epoch_bytes_sent"] = a.traffic_max.sent;
+  j["max_epoch_bytes_received"] = a.traffic_max.received;
+  j["rounds"] = m.rounds;
 }
 
 // Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
@@ -110,6 +140,10 @@ void print_epoch_table(const AcrossRanks& a, int world, bool distributed) {
   row("sent", m.bytes_sent / 1e6, x.bytes_sent / 1e6, "MB", false);
   row("received", m.bytes_received / 1e6, x.bytes_received / 1e6, "MB", false);
   row("overlap (1 - exposed/total)", 100 * m.overlap, 100 * x.overlap, "%", false);
+  const EpochTraffic& t = a.traffic_mean;
+  fmt::print("  epoch, per rank: sent {:.2f} MB, received {:.2f} MB (closed form {:.2f} / {:.2f} MB){}\n",
+             t.sent / 1e6, t.received / 1e6, t.model_sent / 1e6, t.model_received / 1e6,
+             t.rounds > 0 ? fmt::format(", {:.0f} model averages", t.rounds) : "");
 }
 
 }  // namespace ringflow::apps

@@ -87,11 +87,37 @@ struct IterationRecord {
   static constexpr size_t kValues = Figures::kValues + 3;
 };
 
+// What one rank moved in a whole epoch (every step, the first too, and fedavg's rounds):
+// counted by the transport, and by the closed forms of the collectives it ran.
+struct EpochTraffic {
+  double sent = 0, received = 0;
+  double model_sent = 0, model_received = 0;
+  double rounds = 0;  // fedavg's model averages
+  static constexpr size_t kValues = 5;
+
+  void add(const comm::Traffic& counted, const comm::Traffic& model, int n_rounds) {
+    sent += static_cast<double>(counted.sent);
+    received += static_cast<double>(counted.received);
+    model_sent += static_cast<double>(model.sent);
+    model_received += static_cast<double>(model.received);
+    rounds += n_rounds;
+  }
+  void append_to(std::vector<double>& v) const {
+    v.insert(v.end(), {sent, received, model_sent, model_received, rounds});
+  }
+  static EpochTraffic read(const double*& p) {
+    EpochTraffic t;
+    for (double* x : {&t.sent, &t.received, &t.model_sent, &t.model_received, &t.rounds}) *x = *p++;
+    return t;
+  }
+};
+
 struct EpochStats {
   Figures sum;  // over the iterations after the first
   int64_t timed_steps = 0;
   double loss_sum = 0;  // over micro-batches
   int64_t correct = 0, seen = 0, batches = 0;
+  EpochTraffic traffic;
   std::vector<IterationRecord> logged;
 };
 
@@ -99,6 +125,7 @@ struct EpochStats {
 // loss, accuracy and counts summed over the ranks.
 struct AcrossRanks {
   Figures mean, max;  // per iteration
+  EpochTraffic traffic_mean, traffic_max;  // per rank, the whole epoch
   double loss_sum = 0;
   int64_t correct = 0, seen = 0, batches = 0;
   struct Iteration {
@@ -110,8 +137,8 @@ struct AcrossRanks {
   std::vector<Iteration> logged;
 };
 
-// The epoch's figures and the logged iterations' over every rank, in the two allreduces
-// (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
+// The epoch's figures and the logged iterations' over every rank (those that every rank
+// logged), in the two allreduces (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
 // collective of their own, which is why under mpiexec they reach the metrics file at the
 // end of the epoch. Without a group, this rank's as mean and max.
 AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout);
@@ -119,9 +146,13 @@ AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Time
 // The phases, and with a group the communication figures: means under the plain names
 // (data_ms, comm_total_ms, overlap, ...), max_* beside them.
 void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max);
+// The epoch's bytes per rank, counted and by the closed form (epoch_bytes_sent, ...,
+// epoch_bytes_sent_closed_form, max_epoch_bytes_sent, rounds).
+void put_epoch_traffic(nlohmann::json& j, const AcrossRanks& a);
 
 // Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
-// largest rank's figure (each row its own slowest rank). One process: its own figures.
+// largest rank's figure (each row its own slowest rank), then the epoch's bytes per rank
+// beside their closed form. One process: its own figures.
 void print_epoch_table(const AcrossRanks& a, int world, bool distributed);
 
 // --metrics: JSON lines appended to the file (none when the path is empty).

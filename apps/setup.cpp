@@ -23,6 +23,13 @@ comm::Algorithm algorithm_from_flag(const std::string& name) {
   return name == "rd" ? comm::Algorithm::recursive_doubling : comm::algorithm_from_name(name);
 }
 
+DType precision_dtype(const std::string& name) {
+  if (name == "fp32") return DType::f32;
+  if (name == "fp16") return DType::f16;
+  if (name == "bf16") return DType::bf16;
+  throw std::invalid_argument("unknown precision '" + name + "' (choices: fp32, fp16, bf16)");
+}
+
 namespace {
 
 // The number of processes the launcher started, read from its environment (MPICH's Hydra
@@ -129,7 +136,7 @@ Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
     if (launched_ranks() > 1)
       throw std::invalid_argument(fmt::format(
           "--sync none trains one process, but the launcher started {}; pick --sync "
-          "gather-scatter, allreduce or ddp", launched_ranks()));
+          "gather-scatter, allreduce, ddp or fedavg", launched_ranks()));
   } else {
     const comm::LaunchedGroup launched = comm::launch_group(
         {.launcher = comm::launcher_from_name(f.launcher), .transport = f.transport,

@@ -46,6 +46,9 @@ Data open_data(const Flags& f, const Shape& model_input);
 // The --schedule (stepped per epoch), after --warmup-epochs of linear warm-up.
 std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f);
 
+// The dtype of a precision flag's name: fp32, fp16 or bf16.
+DType precision_dtype(const std::string& name);
+
 // --algo's names ("rd": recursive doubling).
 comm::Algorithm algorithm_from_flag(const std::string& name);
 

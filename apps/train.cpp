@@ -112,6 +112,7 @@ class Trainer {
   void set_threads_and_batch();
   void make_data_and_model();
   void resume();
+  void set_steps();
   void print_header() const;
   StepRecord step();
   EpochStats train_epoch(int64_t epoch);
@@ -162,9 +163,11 @@ Trainer::Trainer(const Flags& f)
       model_, setup_.grad_pg,
       SyncOptions{.mode = mode_, .algorithm = algorithm_from_flag(f_.algo),
                   .bucket_cap_mb = f_.bucket_cap_mb, .comm_hook = f_.comm_hook,
-                  .find_unused_parameters = f_.find_unused, .timeout = comm_timeout_});
-  steps_ = train_loader_->num_batches() / f_.grad_accum;
-  if (f_.max_iters > 0) steps_ = std::min(f_.max_iters, steps_);
+                  .find_unused_parameters = f_.find_unused, .timeout = comm_timeout_,
+                  .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
+                  .topology = comm::average_topology_from_name(f_.fed_topology),
+                  .wire = precision_dtype(f_.comm_precision)});
+  set_steps();
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
   tty_ = lead_ && ::isatty(STDOUT_FILENO);
@@ -203,7 +206,13 @@ void Trainer::make_data_and_model() {
   data_ = open_data(f_, input);
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
   std::shared_ptr<const data::Sampler> sampler;
-  if (pg_) {
+  const data::Partition partition = data::partition_from_name(f_.partition);
+  if (!partition.iid()) {
+    std::vector<std::vector<int64_t>> shares =
+        data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
+    sampler = std::make_shared<data::ShardSampler>(std::move(shares[static_cast<size_t>(rank_)]),
+                                                   f_.seed + static_cast<uint64_t>(rank_));
+  } else if (pg_) {
     sampler = std::make_shared<data::DistributedSampler>(
         data_.train->size(), world_, rank_,
         data::DistributedSamplerOptions{.shuffle = true, .seed = f_.seed});
@@ -218,7 +227,11 @@ void Trainer::make_data_and_model() {
                                           .transforms = data_.test_transforms});
   if (train_loader_->num_batches() < f_.grad_accum)
     throw std::invalid_argument(
-        f_.global_batch > 0 ? fmt::format("--global-batch {} exceeds the {} training images",
+        !partition.iid() ? fmt::format("--partition {} gave rank {} {} training images, fewer "
+                                       "than one step's {}; raise ALPHA or lower --batch-size",
+                                       f_.partition, rank_, train_loader_->epoch_size(),
+                                       local_batch_ * f_.grad_accum)
+        : f_.global_batch > 0 ? fmt::format("--global-batch {} exceeds the {} training images",
                                           f_.global_batch, data_.train->size())
         : world_ == 1 ? fmt::format("--batch-size {} exceeds the {} training images",
                                     local_batch_ * f_.grad_accum, data_.train->size())
@@ -229,6 +242,23 @@ void Trainer::make_data_and_model() {
                                       optim::SGDOptions{.lr = f_.lr, .momentum = f_.momentum,
                                                         .weight_decay = f_.weight_decay});
   scheduler_ = std::make_unique<optim::LRScheduler>(*sgd_, make_schedule(f_));
+}
+
+// Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
+// the smallest on every rank, so that the collectives pair up, except fedavg by
+// --local-epochs, which communicates only between epochs: each rank then runs its whole share.
+void Trainer::set_steps() {
+  steps_ = train_loader_->num_batches() / f_.grad_accum;
+  const bool own_pace = mode_ == SyncMode::fedavg && f_.local_steps == 0;
+  if (pg_ && f_.partition != "iid" && !own_pace) {
+    Tensor n = from_vector({static_cast<double>(steps_)}, {1}, DType::f64);
+    comm::CollectiveOptions o;
+    o.op = comm::ReduceOp::min;
+    o.timeout = comm_timeout_;
+    pg_->allreduce(n, o)->wait();
+    steps_ = static_cast<int64_t>(n.item());
+  }
+  if (f_.max_iters > 0) steps_ = std::min(f_.max_iters, steps_);
 }
 
 // Every rank reads the checkpoint (its optimizer state is its own).
@@ -250,13 +280,20 @@ void Trainer::print_header() const {
              f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
              data_.test->size(), num_threads(), setup_.device.note);
   if (!pg_) return;
+  std::string details;
+  if (mode_ == SyncMode::ddp) {
+    details = fmt::format(", buckets of {} MiB, hook {}", f_.bucket_cap_mb, f_.comm_hook);
+  } else if (mode_ == SyncMode::fedavg) {
+    details = fmt::format(", models averaged every {} through {} as {}",
+                          f_.local_steps > 0 ? fmt::format("{} local steps", f_.local_steps)
+                                             : fmt::format("{} local epochs", std::max(1, f_.local_epochs)),
+                          f_.fed_topology, f_.comm_precision);
+  }
+  if (f_.partition != "iid") details += fmt::format("; data split {}", f_.partition);
   fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
              "micro-batches); algorithm {} over {}{}\n", f_.sync, world_, local_batch_,
              global_batch_, f_.grad_accum, f_.algo,
-             setup_.backend == "nccl" ? "NCCL" : setup_.transport,
-             mode_ == SyncMode::ddp ? fmt::format(", buckets of {} MiB, hook {}",
-                                                  f_.bucket_cap_mb, f_.comm_hook)
-                                    : "");
+             setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}\n", setup_.how);
 }
 
@@ -299,8 +336,13 @@ StepRecord Trainer::step() {
   r.optimizer_start = Clock::now();
   sgd_->step();
   sync_->zero_grad(*sgd_);
+  ms[kOptimizer] = ms_since(r.optimizer_start);
+  if (sync_->after_step(r.seen)) {  // fedavg's round
+    const StepComm round = sync_->take();
+    ms[kComm] += round.after_wait_ms;
+    r.comm += round;
+  }
   r.end = Clock::now();
-  ms[kOptimizer] = ms_between(r.optimizer_start, r.end);
   r.figures.step_ms = ms_between(r.start, r.end);
   r.figures.comm_total_ms = r.comm.comm_ms;
   r.figures.bytes_sent = static_cast<double>(r.comm.traffic.sent);
@@ -327,6 +369,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     s.correct += r.correct;
     s.seen += r.seen;
     s.batches += f_.grad_accum;
+    s.traffic.add(r.comm.traffic, r.comm.model, r.comm.rounds);
     window_loss_ += r.loss_sum / f_.grad_accum;  // this rank's
     ++window_;
     if (i > 0) {  // the first iteration pays for first-touch allocations and caches
@@ -343,6 +386,10 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     }
   }
   if (tty_) fmt::print("\r\033[K");
+  if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
+    const StepComm round = sync_->take();
+    s.traffic.add(round.traffic, round.model, round.rounds);
+  }
   return s;
 }
 
@@ -394,6 +441,7 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
                    {"images_per_s", images_per_s}};
   put_figures(j, mean, pg_ ? &a.max : nullptr);
   if (pg_) {
+    put_epoch_traffic(j, a);
     j["ranks"] = world_;
     j["sync"] = f_.sync;
     j["max_ms_per_iteration"] = a.max.step_ms;
@@ -442,6 +490,7 @@ int main(int argc, char** argv) {
   ringflow::apps::add_flags(app, f);
   CLI11_PARSE(app, argc, argv);
   try {
+    ringflow::apps::check_flag_combinations(f);
     ringflow::apps::Trainer(f).run();
     return 0;
   } catch (const std::exception& e) {

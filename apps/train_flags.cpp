@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
@@ -108,10 +109,12 @@ void add_output_flags(CLI::App& app, Flags& f) {
 void add_parallel_flags(CLI::App& app, Flags& f) {
   const auto above0 = bound(0, false), at_least0 = bound(0, true);
   app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
-                 "allreduce (each gradient after backward) or ddp (bucketed, overlapped); "
-                 "the others under mpiexec -n N, torchrun or srun")->capture_default_str()
-      ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp"}));
-  app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce and ddp")->capture_default_str()
+                 "allreduce (each gradient after backward), ddp (bucketed, overlapped) or fedavg "
+                 "(federated averaging of the models); the others under mpiexec -n N, torchrun "
+                 "or srun")->capture_default_str()
+      ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp", "fedavg"}));
+  app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce, ddp and fedavg's "
+                 "--fed-topology allreduce")->capture_default_str()
       ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
   app.add_option("--launcher", f.launcher,
                  "how the ranks were started: mpi (mpiexec, srun with PMI), env (torchrun's "
@@ -137,6 +140,32 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
 }
 
+// Federated averaging and the users' data.
+void add_federated_flags(CLI::App& app, Flags& f) {
+  app.add_option("--local-steps", f.local_steps, "fedavg: average the models every H local "
+                 "optimizer steps (and at each epoch's end)")->check(bound(1, true));
+  app.add_option("--local-epochs", f.local_epochs, "fedavg: average the models after every E "
+                 "local epochs (and after the last; the default, with E = 1)")->check(bound(1, true));
+  app.add_option("--fed-topology", f.fed_topology, "fedavg: cloud (every model to rank 0 and the "
+                 "average back, as a federated server) or allreduce (--algo)")
+      ->capture_default_str()->check(CLI::IsMember({"cloud", "allreduce"}));
+  app.add_option("--comm-precision", f.comm_precision, "fedavg: what the models travel as")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--partition", f.partition, "how the training set is split among the ranks: iid "
+                 "(equal random shares) or dirichlet:ALPHA (by label, Dirichlet(ALPHA) proportions "
+                 "per class: non-IID users)")->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            try {
+              data::partition_from_name(s);
+              return std::string();
+            } catch (const std::exception& e) {
+              return std::string(e.what());
+            }
+          },
+          "iid|dirichlet:ALPHA"));
+}
+
 }  // namespace
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -144,6 +173,24 @@ void add_flags(CLI::App& app, Flags& f) {
   add_execution_flags(app, f);
   add_output_flags(app, f);
   add_parallel_flags(app, f);
+  add_federated_flags(app, f);
+}
+
+void check_flag_combinations(const Flags& f) {
+  if (f.sync != "fedavg") {
+    for (const auto& [flag, set] : {std::pair{"--local-steps", f.local_steps > 0},
+                                    std::pair{"--local-epochs", f.local_epochs > 0},
+                                    std::pair{"--fed-topology", f.fed_topology != "cloud"},
+                                    std::pair{"--comm-precision", f.comm_precision != "fp32"}}) {
+      if (set)
+        throw std::invalid_argument(fmt::format(
+            "{} applies to --sync fedavg, not --sync {} (ddp compresses with --comm-hook fp16)",
+            flag, f.sync));
+    }
+  }
+  if (f.local_steps > 0 && f.local_epochs > 0)
+    throw std::invalid_argument("--local-steps and --local-epochs exclude each other: a round "
+                                "every H steps, or every E epochs");
 }
 
 }  // namespace ringflow::apps

@@ -38,9 +38,19 @@ struct Flags {
   int64_t global_batch = 0;  // 0: --batch-size per rank
   int grad_accum = 1;
   double comm_timeout_s = 300;
+  // Federated averaging (--sync fedavg) and how the data is split among the ranks.
+  int64_t local_steps = 0;  // 0: rounds by --local-epochs
+  int local_epochs = 0;     // 0: 1 when --local-steps is 0 too
+  std::string fed_topology = "cloud";
+  std::string comm_precision = "fp32";
+  std::string partition = "iid";
 };
 
 // Adds every flag of train to app, bound to f.
 void add_flags(CLI::App& app, Flags& f);
+
+// What one flag alone cannot tell: flags that apply to another --sync, or exclude each
+// other. Throws std::invalid_argument naming them.
+void check_flag_combinations(const Flags& f);
 
 }  // namespace ringflow::apps

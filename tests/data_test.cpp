@@ -556,3 +556,43 @@ TEST_CASE("BatchToDevice: the batch itself on the cpu; on cuda, the same values"
     CHECK(d.labels.to_vector<int64_t>() == std::vector<int64_t>{7});
   }
 }
+
+TEST_CASE("dirichlet partition: every example to one user, the same for a seed, skewed by alpha") {
+  // 600 examples, 6 classes of 100 (labels i % 6).
+  std::vector<uint8_t> labels(600), pixels(600);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<uint8_t>(i % 6);
+  const ByteImageDataset d(pixels, labels, {1, 1, 1}, 6);
+  for (double alpha : {0.1, 1.0, 100.0}) {
+    CAPTURE(alpha);
+    const auto shares = dirichlet_partition(d, 4, alpha, 7);
+    REQUIRE(shares.size() == 4);
+    std::vector<int> seen(600, 0);
+    for (const auto& s : shares)
+      for (int64_t i : s) ++seen[static_cast<size_t>(i)];
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+    CHECK(dirichlet_partition(d, 4, alpha, 7) == shares);
+    CHECK(dirichlet_partition(d, 4, alpha, 8) != shares);
+    // How unevenly users hold each class: the largest share of a class, averaged over classes.
+    double top = 0;
+    for (int64_t c = 0; c < 6; ++c) {
+      int64_t most = 0;
+      for (const auto& s : shares)
+        most = std::max<int64_t>(most, std::count_if(s.begin(), s.end(), [&](int64_t i) { return i % 6 == c; }));
+      top += static_cast<double>(most) / 100 / 6;
+    }
+    if (alpha == 0.1) CHECK(top > 0.6);   // mostly one user per class
+    if (alpha == 100.0) CHECK(top < 0.4); // near the even 0.25
+  }
+  CHECK(partition_from_name("iid").iid());
+  CHECK(partition_from_name("dirichlet:0.5").dirichlet_alpha == 0.5);
+  for (const char* bad : {"dirichlet:0", "dirichlet:-1", "dirichlet:", "dirichlet:x", "noniid"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(partition_from_name(bad), doctest::Contains("dirichlet:ALPHA"),
+                         std::invalid_argument);
+  }
+  const ShardSampler s({5, 9, 11, 2}, 3);
+  std::vector<int64_t> e0 = s.indices(0), e1 = s.indices(1);
+  CHECK(e0 != e1);
+  std::sort(e0.begin(), e0.end());
+  CHECK(e0 == std::vector<int64_t>{2, 5, 9, 11});
+}

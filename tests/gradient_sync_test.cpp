@@ -143,6 +143,9 @@ TEST_CASE("gradient sync: every strategy matches single-process training, ranks 
       }
       CHECK(bytes == kGradientBytes);
       CHECK((n == 1 || c.traffic.sent > 0));
+      // What the group counted (or modelled, for MPI's own) is the closed form.
+      CHECK(c.traffic.sent == c.model.sent);
+      CHECK(c.traffic.received == c.model.received);
       REQUIRE(c.waits.size() == 1);  // after backward, or at the end of ddp's backward
       CHECK(c.exposed_ms() >= 0);
     }
@@ -171,6 +174,86 @@ TEST_CASE("gradient sync: every strategy matches single-process training, ranks 
                         per_strategy * sizeof(float)) == 0);
     }
   }
+}
+
+// Federated averaging (--sync fedavg): a round after every step of plain SGD is an averaged
+// gradient step, so it matches --sync allreduce; the bytes are the closed form's.
+TEST_CASE("fedavg: --local-steps 1 with plain SGD equals allreduce; bytes as the closed form") {
+  auto pg = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, comm::MpiProcessGroupOptions{});
+  const int n = pg->size(), r = pg->rank();
+  constexpr int64_t kGlobal = 12;
+  constexpr int kSteps = 5;
+  const int64_t local = kGlobal / n;
+  std::vector<Batch> batches;
+  for (int s = 0; s < kSteps; ++s) batches.push_back(make_batch(kGlobal, 2000 + s));
+  const optim::SGDOptions plain{.lr = 0.1, .momentum = 0, .weight_decay = 1e-4};
+  auto train = [&](SyncOptions o) {
+    o.timeout = kTimeout;
+    auto model = std::make_shared<Tiny>(300 + r);
+    GradientSync sync(model, pg, o);
+    optim::SGD sgd(model->parameters(), plain);
+    for (const Batch& global : batches) {
+      const Batch b = rows(global, r * local, local);
+      cross_entropy(sync.forward(b.x, true), b.y).backward();
+      sync.after_backward(true);
+      sgd.step();
+      sync.zero_grad(sgd);
+      const bool averaged = sync.after_step(local);
+      const StepComm c = sync.take();
+      if (o.mode == SyncMode::fedavg) {
+        CHECK(averaged);
+        CHECK(c.rounds == 1);
+        // The round's payload and its one-element weight exchange, as the closed forms say.
+        const comm::Algorithm algo = o.topology == comm::AverageTopology::cloud
+                                         ? comm::Algorithm::naive : o.algorithm;
+        const int64_t count = kGradientBytes / 4;
+        comm::Traffic want = pg->allreduce_traffic_model(count, o.wire, algo);
+        want += pg->allreduce_traffic_model(1, DType::f64, comm::Algorithm::automatic);
+        CHECK(c.traffic.sent == want.sent);
+        CHECK(c.traffic.received == want.received);
+        CHECK(c.model.sent == want.sent);
+      }
+    }
+    CHECK_FALSE(sync.end_of_epoch(1, true));  // nothing left to average after a round per step
+    return model->parameters();
+  };
+  SyncOptions allreduce;
+  allreduce.mode = SyncMode::allreduce;
+  const std::vector<Tensor> want = train(allreduce);
+  for (auto topology : {comm::AverageTopology::cloud, comm::AverageTopology::allreduce}) {
+    CAPTURE(comm::average_topology_name(topology));
+    SyncOptions o;
+    o.mode = SyncMode::fedavg;
+    o.local_steps = 1;
+    o.topology = topology;
+    o.algorithm = comm::Algorithm::ring;
+    CHECK(max_rel_diff(train(o), want) <= 1e-6);
+  }
+}
+
+TEST_CASE("fedavg: models weighted by samples; 16-bit on the wire within its rounding") {
+  auto pg = std::make_shared<comm::MpiProcessGroup>(MPI_COMM_WORLD, comm::MpiProcessGroupOptions{});
+  const int n = pg->size(), r = pg->rank();
+  // Rank r holds r + 1 everywhere and trained on r + 1 samples: the weighted mean is
+  // sum (r+1)^2 / sum (r+1) = (2n + 1) / 3.
+  const double want = (2.0 * n + 1) / 3;
+  for (DType wire : {DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(wire));
+    Tiny model(1);
+    {
+      NoGradGuard no_grad;
+      for (Tensor& p : model.parameters()) p.fill_(r + 1.0);
+    }
+    const CommEvent e = comm::average_model(model, *pg, r + 1.0,
+                                            {.wire = wire, .timeout = kTimeout});
+    CHECK(e.bytes == kGradientBytes / 4 * static_cast<int64_t>(dtype_size(wire)));
+    const double eps = wire == DType::f32 ? 1e-6 : wire == DType::bf16 ? 2e-2 : 2e-3;
+    for (const Tensor& p : model.parameters())
+      for (double v : p.to_vector<double>()) CHECK(std::fabs(v - want) <= eps * want);
+  }
+  Tiny model(1);
+  CHECK_THROWS_WITH_AS(comm::average_model(model, *pg, -1, {}), doctest::Contains("negative"),
+                       std::invalid_argument);
 }
 
 // apps/train's --device and --backend for a machine with GPUs, which this one need not have:

@@ -70,4 +70,9 @@ Traffic broadcast_traffic(int64_t bytes, int world, int rank, int root) {
   return {binomial_children(vr, world) * bytes, vr != 0 ? bytes : 0, false};
 }
 
+Traffic reduce_traffic(int64_t bytes, int world, int rank, int root) {
+  const Traffic down = broadcast_traffic(bytes, world, rank, root);
+  return {down.received, down.sent, false};
+}
+
 }  // namespace ringflow::comm

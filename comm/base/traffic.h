@@ -44,5 +44,7 @@ Traffic allreduce_traffic(Algorithm algo, int64_t count, size_t elem_bytes, int 
 // A binomial-tree broadcast of `bytes` from `root` (MPICH's choice for small and medium
 // messages): every other rank receives the bytes once and sends them to each of its children.
 Traffic broadcast_traffic(int64_t bytes, int world, int rank, int root);
+// A binomial-tree reduce of `bytes` to `root`: the broadcast's tree traversed upwards.
+Traffic reduce_traffic(int64_t bytes, int world, int rank, int root);
 
 }  // namespace ringflow::comm

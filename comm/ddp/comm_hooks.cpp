@@ -18,7 +18,8 @@ BucketReduction AllreduceAverageHook::launch(ProcessGroup& pg, const Tensor& buc
                                              const CollectiveOptions& options) {
   CollectiveOptions o = options;
   o.op = ReduceOp::avg;
-  return {pg.allreduce(bucket, o), nullptr};
+  return {pg.allreduce(bucket, o), nullptr,
+          pg.allreduce_traffic_model(bucket.numel(), bucket.dtype(), o.algorithm)};
 }
 
 BucketReduction Fp16CompressionHook::launch(ProcessGroup& pg, const Tensor& bucket,
@@ -33,10 +34,12 @@ BucketReduction Fp16CompressionHook::launch(ProcessGroup& pg, const Tensor& buck
   CollectiveOptions o = options;
   o.op = ReduceOp::sum;
   std::shared_ptr<Work> work = pg.allreduce(half, o);
-  return {std::move(work), [out = Tensor(bucket), half]() mutable {
+  return {std::move(work),
+          [out = Tensor(bucket), half]() mutable {
             NoGradGuard no_grad;
             out.copy_(half);  // f16 -> the bucket's dtype
-          }};
+          },
+          pg.allreduce_traffic_model(half.numel(), DType::f16, o.algorithm)};
 }
 
 BucketReduction NoopHook::launch(ProcessGroup&, const Tensor& bucket, const CollectiveOptions&) {
@@ -45,7 +48,7 @@ BucketReduction NoopHook::launch(ProcessGroup&, const Tensor& bucket, const Coll
   auto work = std::make_shared<Work>("noop hook (" + std::to_string(bucket.numel()) +
                                      " elements, not sent)");
   work->finish();  // its start and end time: now
-  return {std::move(work), nullptr};
+  return {std::move(work), nullptr, {}};
 }
 
 std::shared_ptr<CommHook> make_comm_hook(const std::string& name) {

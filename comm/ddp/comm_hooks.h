@@ -26,6 +26,7 @@ namespace ringflow::comm {
 struct BucketReduction {
   std::shared_ptr<Work> work;   // the collective on the group's communication thread
   std::function<void()> then;   // runs on the waiting thread after work completes (or null)
+  Traffic model;                // what the closed forms say the collective moves
 
   // Waits for the collective, then runs `then` (once).
   void wait();

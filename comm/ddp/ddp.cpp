@@ -110,7 +110,7 @@ void verify_same_across_ranks(ProcessGroup& pg, const std::vector<std::string>& 
 }
 
 Traffic broadcast_coalesced(ProcessGroup& pg, const std::vector<Tensor>& tensors, int root,
-                            Timeout timeout) {
+                            Timeout timeout, Traffic* model) {
   Traffic total;
   if (pg.size() == 1) return total;
   std::map<DType, std::vector<Tensor>> by_dtype;  // ordered: the same collectives everywhere
@@ -136,6 +136,10 @@ Traffic broadcast_coalesced(ProcessGroup& pg, const std::vector<Tensor>& tensors
       }
     }
     flats.push_back({buffer, &members, pg.broadcast(buffer, with_timeout(timeout, root))});
+    if (model) {
+      *model += broadcast_traffic(count * static_cast<int64_t>(dtype_size(dtype)), pg.size(),
+                                  pg.rank(), root);
+    }
   }
   for (Flat& f : flats) {
     f.work->wait();
@@ -212,7 +216,8 @@ void DistributedDataParallel::broadcast_buffers() {
   broadcast_.collective = "broadcast";
   broadcast_.launched = broadcast_.ready = broadcast_.started = Clock::now();
   for (const Tensor& b : buffers) broadcast_.bytes += b.numel() * static_cast<int64_t>(dtype_size(b.dtype()));
-  broadcast_.traffic = broadcast_coalesced(*pg_, buffers, /*root=*/0, options_.timeout);
+  broadcast_.traffic =
+      broadcast_coalesced(*pg_, buffers, /*root=*/0, options_.timeout, &broadcast_.model);
   broadcast_.finished = Clock::now();
 }
 

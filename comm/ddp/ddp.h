@@ -123,8 +123,9 @@ void verify_same_across_ranks(ProcessGroup& pg, const std::vector<std::string>& 
                               Device device = Device::cpu());
 
 // Broadcasts `tensors` from `root` in place, packed into one flat buffer per dtype (one
-// collective per dtype instead of one per tensor). Collective; returns the bytes moved.
+// collective per dtype instead of one per tensor). Collective; returns the bytes moved, and
+// adds the closed form of the broadcasts to *model when given.
 Traffic broadcast_coalesced(ProcessGroup& pg, const std::vector<Tensor>& tensors, int root = 0,
-                            Timeout timeout = kDefaultTimeout);
+                            Timeout timeout = kDefaultTimeout, Traffic* model = nullptr);
 
 }  // namespace ringflow::comm

@@ -293,7 +293,9 @@ void Reducer::finalize() {
   for (Bucket& b : buckets_) {
     b.reduction.wait();
     b.event.add(*b.reduction.work);
+    b.event.model = b.reduction.model;
     stats_.traffic += b.event.traffic;
+    stats_.model += b.event.model;
     stats_.comm_ms += b.event.ms();
     stats_.events.push_back(b.event);
     b.reduction = {};  // frees what the hook kept (fp16: the compressed copy)

@@ -46,6 +46,7 @@ struct ReducerStats {
   int64_t gradient_bytes = 0;  // payload of the buckets (this rank's gradients)
   int unused_parameters = 0;   // got no gradient: reduced as zeros
   Traffic traffic;             // bytes this rank sent and received for the buckets
+  Traffic model;               // ... and what the closed forms say they move
   double comm_ms = 0;          // the communication thread's time on the buckets' collectives
   double wait_ms = 0;          // the training thread blocked at the end of backward (exposed)
   Clock::time_point backward_start;  // backward reached the module's output

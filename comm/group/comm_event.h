@@ -19,7 +19,8 @@ struct CommEvent {
   std::string collective = "allreduce";  // "broadcast", "reduce+broadcast", ...
   int index = 0;                         // the bucket's or the parameter's, in issue order
   int64_t bytes = 0;                     // payload
-  Traffic traffic;
+  Traffic traffic;  // counted as the bytes went (or modelled where the backend's own ran)
+  Traffic model;    // the closed form of what it moves (ProcessGroup::allreduce_traffic_model)
   Clock::time_point ready;     // its data was ready (DDP: its last gradient arrived)
   Clock::time_point launched;  // issued by the training thread
   Clock::time_point started;   // the communication thread began it

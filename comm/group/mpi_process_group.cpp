@@ -408,10 +408,7 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
                             {{t, /*in=*/true, /*out=*/root}}, [this, o, root](Op& op) {
     const Buffer b = op.host(0);
     const int count = static_cast<int>(b.count);
-    // A binomial reduce: the broadcast's tree, traversed upwards.
-    const Traffic down = broadcast_traffic(b.count * wire_bytes(b.dtype, true), size(), rank(),
-                                           o.root);
-    op.work->set_traffic({down.received, down.sent, false});
+    op.work->set_traffic(reduce_traffic(b.count * wire_bytes(b.dtype, true), size(), rank(), o.root));
     std::vector<MPI_Request> req(1);
     if (is_16bit(b.dtype)) {
       std::vector<float> wide = widen(b);
@@ -430,13 +427,19 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
   });
 }
 
+// MPI's own allreduce reduces 16-bit floats widened to f32 (wire_bytes).
+Traffic MpiProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const {
+  algo = resolve_allreduce(static_cast<size_t>(count) * dtype_size(dtype), algo);
+  const bool native = algo == Algorithm::native;
+  return allreduce_traffic(algo, count, static_cast<size_t>(wire_bytes(dtype, native)), size(),
+                           rank());
+}
+
 std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const CollectiveOptions& o) {
   check_count("allreduce", t.numel());
   Fingerprint fp = make_fp(Kind::allreduce, t.dtype(), t.numel(), o);
-  Algorithm algo = o.algorithm;
-  if (algo == Algorithm::automatic) {
-    algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size());
-  }
+  const Algorithm algo =
+      resolve_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), o.algorithm);
   fp.algorithm = static_cast<int32_t>(algo);
   return enqueue_collective(fp, o, {{t, /*in=*/true, /*out=*/true}}, [this, o, algo](Op& op) {
     const Buffer b = op.host(0);

@@ -84,6 +84,7 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   ~MpiProcessGroup() override;
 
   std::string backend_name() const override { return "mpi"; }
+  Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
   std::string transport_name() const;
   // Why the TCP connections were not made, when options.sockets asked for them and shared

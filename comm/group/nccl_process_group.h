@@ -93,6 +93,8 @@ class NcclProcessGroup final : public ProcessGroup {
 
  protected:
   void check_device(const char* what, const char* role, Device device) const override;
+  // NCCL's own, whatever was asked (allreduce refuses ours).
+  Algorithm resolve_allreduce(size_t, Algorithm) const override { return Algorithm::native; }
   std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
   std::shared_ptr<Work> do_reduce(const Tensor& tensor, const CollectiveOptions&) override;
   std::shared_ptr<Work> do_allreduce(const Tensor& tensor, const CollectiveOptions&) override;

@@ -2,6 +2,7 @@
 // a collective is queued, so that a bad call throws where it was made.
 #include "ringflow/comm/group/process_group.h"
 
+#include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -37,6 +38,16 @@ void check_blocks(const char* what, const ProcessGroup& pg, const Tensor& whole,
 void ProcessGroup::check_device(const char* what, const char* role, Device device) const {
   RF_CHECK(device.is_cpu(), what, ": ", role, " tensor is on ", device.str(), "; the ",
            backend_name(), " process group takes CPU tensors");
+}
+
+Algorithm ProcessGroup::resolve_allreduce(size_t bytes, Algorithm algo) const {
+  return algo == Algorithm::automatic ? choose_allreduce(bytes, size()) : algo;
+}
+
+Traffic ProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const {
+  const size_t elem = dtype_size(dtype);
+  return allreduce_traffic(resolve_allreduce(static_cast<size_t>(count) * elem, algo), count,
+                           elem, size(), rank());
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor,

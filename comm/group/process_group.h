@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 
+#include "ringflow/comm/base/traffic.h"
 #include "ringflow/comm/base/types.h"
 #include "ringflow/comm/group/work.h"
 #include "ringflow/framework/tensor.h"
@@ -73,11 +74,19 @@ class ProcessGroup {
   std::shared_ptr<Work> recv(const Tensor& tensor, int peer, int tag = 0,
                              const CollectiveOptions& options = {});
 
+  // What allreduce(count elements of dtype, algo) moves at this rank by the closed forms of
+  // comm/base/traffic.h, with algo resolved as allreduce resolves it: what reports set
+  // beside the bytes the transport counted.
+  virtual Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const;
+
  protected:
   ProcessGroup() = default;
   // Throws std::invalid_argument naming `what` and `role` unless this backend takes tensors
   // on `device`. Called for every tensor argument before do_*. The default takes the CPU.
   virtual void check_device(const char* what, const char* role, Device device) const;
+  // The algorithm allreduce runs for `bytes` when asked for `algo`: by default automatic is
+  // choose_allreduce's pick, the others as asked.
+  virtual Algorithm resolve_allreduce(size_t bytes, Algorithm algo) const;
   // Called after the arguments were checked against the contract above (including the
   // sizes that one rank can check: output = size() * input, root and peer in range).
   virtual std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) = 0;

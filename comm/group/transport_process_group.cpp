@@ -111,13 +111,16 @@ std::shared_ptr<Work> TransportProcessGroup::do_reduce(const Tensor& t, const Co
                               });
 }
 
+// Native means the backend's own: ours are all there is.
+Algorithm TransportProcessGroup::resolve_allreduce(size_t bytes, Algorithm algo) const {
+  return ProcessGroup::resolve_allreduce(
+      bytes, algo == Algorithm::native ? Algorithm::automatic : algo);
+}
+
 std::shared_ptr<Work> TransportProcessGroup::do_allreduce(const Tensor& t, const CollectiveOptions& o) {
   Fingerprint fp = make_fp(Kind::allreduce, t.dtype(), t.numel(), o);
-  // Native means the backend's own: ours are all there is.
-  Algorithm algo = o.algorithm == Algorithm::native ? Algorithm::automatic : o.algorithm;
-  if (algo == Algorithm::automatic) {
-    algo = choose_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), size());
-  }
+  const Algorithm algo =
+      resolve_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), o.algorithm);
   fp.algorithm = static_cast<int32_t>(algo);
   return enqueue_on_transport(fp, o, {{t, /*in=*/true, /*out=*/true}}, [o, algo](Op& op, Transport& tr) {
     run_allreduce(tr, op.host(0), algo, o.op, o.root);

@@ -58,6 +58,7 @@ class TransportProcessGroup final : public QueuedProcessGroup {
   std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
                                 const CollectiveOptions&) override;
   void check_device(const char* what, const char* role, Device device) const override;
+  Algorithm resolve_allreduce(size_t bytes, Algorithm algo) const override;
   std::vector<Fingerprint> exchange_fingerprints(Op& op) override;
 
  private:

@@ -8,6 +8,7 @@
 #include "ringflow/framework/data/distributed_sampler.h"
 #include "ringflow/framework/data/idx.h"
 #include "ringflow/framework/data/mnist.h"
+#include "ringflow/framework/data/partition.h"
 #include "ringflow/framework/data/sampler.h"
 #include "ringflow/framework/data/synthetic.h"
 #include "ringflow/framework/data/transforms.h"

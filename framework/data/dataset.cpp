@@ -6,6 +6,11 @@
 
 namespace ringflow::data {
 
+int64_t Dataset::label(int64_t i) const {
+  std::vector<float> scratch(static_cast<size_t>(image_numel()));
+  return read(i, scratch.data());
+}
+
 Example Dataset::get(int64_t i) const {
   RF_CHECK(i >= 0 && i < size(), "dataset: index ", i, " out of range [0, ", size(), ")");
   Tensor image = empty(image_shape(), DType::f32);

@@ -30,6 +30,10 @@ class Dataset {
   // i in [0, size()); thread-safe.
   virtual int64_t read(int64_t i, float* dst) const = 0;
 
+  // Example i's label; by default read() into scratch memory (data sets that hold their
+  // labels apart answer without touching the image).
+  virtual int64_t label(int64_t i) const;
+
   // One example as a fresh tensor (for inspection; loaders use read()).
   Example get(int64_t i) const;
   int64_t image_numel() const { return shape_numel(image_shape()); }
@@ -46,6 +50,7 @@ class ByteImageDataset : public Dataset {
   Shape image_shape() const override { return image_shape_; }
   int64_t num_classes() const override { return num_classes_; }
   int64_t read(int64_t i, float* dst) const override;
+  int64_t label(int64_t i) const override { return labels_[static_cast<size_t>(i)]; }
   const std::vector<uint8_t>& pixels() const { return pixels_; }
   const std::vector<uint8_t>& labels() const { return labels_; }
 
@@ -65,6 +70,7 @@ class Subset : public Dataset {
   Shape image_shape() const override { return base_->image_shape(); }
   int64_t num_classes() const override { return base_->num_classes(); }
   int64_t read(int64_t i, float* dst) const override;
+  int64_t label(int64_t i) const override { return base_->label(indices_[static_cast<size_t>(i)]); }
 
  private:
   std::shared_ptr<const Dataset> base_;
