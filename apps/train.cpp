@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -276,9 +277,11 @@ void Trainer::resume() {
 
 void Trainer::print_header() const {
   if (!lead_) return;
-  fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads; device {}\n",
+  fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads; device {}{}\n",
              f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
-             data_.test->size(), num_threads(), setup_.device.note);
+             data_.test->size(), num_threads(), setup_.device.note,
+             f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
+                                                       f_.precision));
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {
@@ -312,8 +315,13 @@ StepRecord Trainer::step() {
     }
     batch_ = (*to_device_)(batch_);  // on a GPU: queued behind the previous step's kernels
     t[1] = Clock::now();
-    const Tensor logits = sync_->forward(batch_.images, last);
-    Tensor loss = cross_entropy(logits, batch_.labels);
+    Tensor logits, loss;
+    {
+      std::optional<AutocastGuard> amp;
+      if (f_.precision != "fp32") amp.emplace(precision_dtype(f_.precision));
+      logits = sync_->forward(batch_.images, last);
+      loss = cross_entropy(logits, batch_.labels);
+    }
     t[2] = Clock::now();
     (f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss).backward();
     t[3] = Clock::now();

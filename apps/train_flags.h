@@ -19,6 +19,7 @@ struct Flags {
   int warmup_epochs = 0;
   int threads = 0;
   std::string conv_algo = "auto";
+  std::string precision = "fp32";
   std::string device = "auto", backend = "auto";
   uint64_t seed = 0;
   int log_every = 20;

@@ -10,7 +10,8 @@ weight decay 5e-4) step + zero_grad(set_to_none=True), as ringflow's zero_grad; 
 normal input and random labels made once; PyTorch's default NCHW layout. Times are medians
 (ms) over --steps after --warmup. On a GPU (--device cuda) each phase ends with a device
 synchronisation, as in ringflow's; --tf32 sets both cuBLAS's and cuDNN's TF32 switches
-(otherwise both are off), and cudnn.benchmark is on.
+(otherwise both are off), and cudnn.benchmark is on. --precision bf16 runs forward and the
+loss under torch.autocast to bfloat16 (backward outside it), as ringflow's --precision bf16.
 """
 import argparse
 import json
@@ -48,6 +49,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON object")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16)")
     ap.add_argument("--tf32", action="store_true",
                     help="CUDA: f32 matmuls and convolutions on TF32 tensor cores")
     args = ap.parse_args()
@@ -77,7 +80,8 @@ def main():
     fwd, bwd, optim, step = [], [], [], []
     for i in range(args.warmup + args.steps):
         t0 = now()
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = F.cross_entropy(model(x), y)
         t1 = now()
         loss.backward()
         t2 = now()
@@ -93,7 +97,7 @@ def main():
 
     med = statistics.median_high  # the upper middle, as ringflow's median of an even count
     out = {"model": args.model, "batch": args.batch, "threads": torch.get_num_threads(),
-           "device": str(device), "tf32": args.tf32,
+           "device": str(device), "tf32": args.tf32, "precision": args.precision,
            "torch": torch.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
            "forward_ms": med(fwd), "backward_ms": med(bwd), "optimizer_ms": med(optim),
            "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3)}

@@ -49,6 +49,7 @@ constexpr const char* kTunable = "glibc.malloc.mmap_max=0:glibc.malloc.trim_thre
 struct Flags {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
+  std::vector<std::string> precisions{"fp32"};
   int threads = 0;
   int steps = 10;
   int warmup = 2;
@@ -156,7 +157,8 @@ struct Phases {
   double forward = 0, backward = 0, optimizer = 0, step = 0;
 };
 
-Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
+Phases time_ringflow(const std::string& name, int64_t batch, const std::string& precision,
+                     const Flags& f) {
   const Device device = Device::parse(f.device);
   Generator gen(0);
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
@@ -184,8 +186,12 @@ Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
     const auto start = now();
     double ms[3];
     {
-      const Tensor logits = (*model)(x);
-      const Tensor loss = cross_entropy(logits, y);
+      Tensor loss;
+      {
+        std::optional<AutocastGuard> amp;  // apps/train's --precision
+        if (precision == "bf16") amp.emplace(DType::bf16);
+        loss = cross_entropy((*model)(x), y);
+      }
       const auto forward_end = now();
       ms[0] = ms_between(start, forward_end);
       loss.backward();
@@ -206,12 +212,13 @@ Phases time_ringflow(const std::string& name, int64_t batch, const Flags& f) {
 }
 
 // bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
-std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch, const Flags& f,
-                                        bool tunable) {
+std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
+                                        const std::string& precision, const Flags& f, bool tunable) {
   const std::string cmd = fmt::format(
-      "{}{} '{}' --model {} --batch {} --threads {} --steps {} --warmup {} --device {}{} --json",
+      "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
+      "--device {}{} --json",
       tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
-      batch, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "");
+      batch, precision, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -239,6 +246,7 @@ std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch, 
 struct Row {
   std::string model;
   int64_t batch = 0;
+  std::string precision;
   double gflop = 0;  // per step, forward + backward
   Phases rf;
   std::optional<nlohmann::json> torch, torch_tunable;
@@ -267,15 +275,15 @@ void print_header(double ceiling, const Flags& f) {
              f.device, f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
              f.device == "cpu" ? f.conv_algo : "cuDNN",
              f.device == "cpu" && f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
-  fmt::print("{:<15} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "fwd",
+  fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "prec", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
 }
 
 void print_row(const Row& r, double ceiling) {
   const double g = r.gflop / (r.rf.step / 1e3);
   const double best = best_torch_ms(r);
-  fmt::print("{:<15} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
-             r.model, r.batch, r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
+  fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
+             r.model, r.batch, r.precision, r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
              r.batch / (r.rf.step / 1e3), g, 100 * g / ceiling, fmt_ms(torch_step_ms(r.torch)),
              fmt_ms(torch_step_ms(r.torch_tunable)),
              std::isnan(best) ? std::string("-") : fmt::format("{:.3f}", r.rf.step / best));
@@ -287,6 +295,7 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
   const double best = best_torch_ms(r);
   nlohmann::json j{{"model", r.model},
                    {"batch", r.batch},
+                   {"precision", r.precision},
                    {"threads", num_threads()},
                    {"device", f.device},
                    {"tf32", f.tf32},
@@ -316,6 +325,9 @@ int main(int argc, char** argv) {
   CLI::App app{"train_step: ringflow's training step vs PyTorch's (forward, backward, optimizer)"};
   app.add_option("--models", f.models, "models (default: vgg11_cifar resnet18_cifar small_cnn)");
   app.add_option("--batches", f.batches, "batch sizes (default: 64 256 for VGG/ResNet, 256 for small_cnn)");
+  app.add_option("--precision", f.precisions, "fp32 and/or bf16 (autocast, as train --precision; "
+                 "PyTorch under torch.autocast), each a row")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--threads", f.threads, "CPU threads, for both (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--steps", f.steps, "timed steps per row")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -364,20 +376,23 @@ int main(int argc, char** argv) {
     const double ceiling = device.is_cpu() ? bench::sgemm_ceiling_gflops() : NAN;
     if (!f.json) print_header(ceiling, f);
     for (const auto& [m, b] : rows) {
-      Row r;
-      r.model = m;
-      r.batch = b;
-      r.gflop = 3 * 2 * count_layers(m).macs * double(b) / 1e9;
-      // Rounds alternate the contenders so that a burst of other load hits one round of
-      // each rather than all of one; each keeps its fastest round.
-      for (int round = 0; round < f.rounds; ++round) {
-        const Phases rf = time_ringflow(m, b, f);
-        if (round == 0 || rf.step < r.rf.step) r.rf = rf;
-        if (f.no_torch) continue;
-        keep_faster(r.torch, run_torch(m, b, f, false));
-        keep_faster(r.torch_tunable, run_torch(m, b, f, true));
+      for (const std::string& prec : f.precisions) {
+        Row r;
+        r.model = m;
+        r.batch = b;
+        r.precision = prec;
+        r.gflop = 3 * 2 * count_layers(m).macs * double(b) / 1e9;
+        // Rounds alternate the contenders so that a burst of other load hits one round of
+        // each rather than all of one; each keeps its fastest round.
+        for (int round = 0; round < f.rounds; ++round) {
+          const Phases rf = time_ringflow(m, b, prec, f);
+          if (round == 0 || rf.step < r.rf.step) r.rf = rf;
+          if (f.no_torch) continue;
+          keep_faster(r.torch, run_torch(m, b, prec, f, false));
+          keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true));
+        }
+        f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
       }
-      f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "train_step: {}\n", e.what());

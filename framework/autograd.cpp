@@ -5,6 +5,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/ops.h"
 
 namespace ringflow {
@@ -111,6 +112,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
               bool retain_graph) {
   RF_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
            grads.size(), " gradients");
+  const AutocastGuard no_autocast(DType::bf16, /*enabled=*/false);  // the forward's dtypes
   std::unordered_map<Node*, std::vector<Tensor>> buffers;  // gradients received per node
   std::vector<std::shared_ptr<Node>> root_nodes;
   for (size_t i = 0; i < roots.size(); ++i) {

@@ -1,6 +1,7 @@
 // The umbrella header for code that embeds ringflow: tensors, autograd and the functional ops.
 #pragma once
 
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"

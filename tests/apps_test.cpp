@@ -73,31 +73,36 @@ std::string temp_path(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("train: a short run on the real Fashion-MNIST files lowers the loss") {
-  const std::string metrics = temp_path("metrics.jsonl");
-  const Result r = run_train("--max-iters 60 --log-every 20 --epochs 1 --metrics " + metrics);
-  INFO(r.output);
-  CHECK(r.status == 0);
-  CHECK(contains(r.output, "Epoch [1], Iteration [20/60], Loss:"));
-  CHECK(contains(r.output, "ms/iteration over 59 iterations after the first"));
-  CHECK(contains(r.output, "Test set: Average loss:"));
-  // The metrics file: one line per logged iteration, one per epoch; the loss falls.
-  std::ifstream in(metrics);
-  std::vector<double> losses;
-  std::string line;
-  int epochs = 0;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line);
-    if (j["type"] == "iteration") losses.push_back(j["loss"].get<double>());
-    if (j["type"] == "epoch") {
-      ++epochs;
-      CHECK(j["test_accuracy"].get<double>() > 0.5);
+TEST_CASE("train: a short run on the real Fashion-MNIST files lowers the loss, in f32 and bf16") {
+  for (const std::string precision : {"fp32", "bf16"}) {
+    CAPTURE(precision);
+    const std::string metrics = temp_path("metrics.jsonl");
+    const Result r = run_train("--max-iters 60 --log-every 20 --epochs 1 --precision " + precision +
+                               " --metrics " + metrics);
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK(contains(r.output, "mixed precision bf16 (f32 master weights)") == (precision == "bf16"));
+    CHECK(contains(r.output, "Epoch [1], Iteration [20/60], Loss:"));
+    CHECK(contains(r.output, "ms/iteration over 59 iterations after the first"));
+    CHECK(contains(r.output, "Test set: Average loss:"));
+    // The metrics file: one line per logged iteration, one per epoch; the loss falls.
+    std::ifstream in(metrics);
+    std::vector<double> losses;
+    std::string line;
+    int epochs = 0;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["type"] == "iteration") losses.push_back(j["loss"].get<double>());
+      if (j["type"] == "epoch") {
+        ++epochs;
+        CHECK(j["test_accuracy"].get<double>() > 0.5);
+      }
     }
+    std::filesystem::remove(metrics);
+    REQUIRE(losses.size() == 3);
+    CHECK(losses.back() < 0.8 * losses.front());
+    CHECK(epochs == 1);
   }
-  std::filesystem::remove(metrics);
-  REQUIRE(losses.size() == 3);
-  CHECK(losses.back() < 0.8 * losses.front());
-  CHECK(epochs == 1);
 }
 
 TEST_CASE("train: --resume continues a run bit-identically on one thread") {
@@ -221,6 +226,10 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--device cuda:-1", "--device cuda:-1: expected cpu, cuda, cuda:N or auto"},
       {"--device cpu --backend nccl", "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu"},
       {"--backend gloo", "--backend: gloo not in {auto,mpi,nccl}"},
+      {"--precision fp16", "--precision fp16 needs dynamic loss scaling"},
+      {"--precision fp8", "--precision: fp8 not in {"},
+      {"--local-steps 2", "--local-steps applies to --sync fedavg"},
+      {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},
   };
   for (const auto& c : cases) {
     const Result r = run_train(c.args);

@@ -3,8 +3,12 @@
 // max_pool2d -> flatten -> linear -> cross_entropy, then backward. The loss, the logits,
 // the gradient of every parameter and of the input, and the running statistics after the
 // step must match PyTorch's f64 step: within 1e-4 on the cpu (oneDNN) kernels in f32, and
-// within 1e-10 on the reference kernels in f64.
+// within 1e-10 on the reference kernels in f64. Under autocast to bf16 (framework/autocast.h)
+// the f32 step matches PyTorch's torch.autocast("cpu", torch.bfloat16) step and its f64 one
+// within bf16's rounding, and turning autocast off inside a scope gives the f32 step bit for bit.
 #include <nlohmann/json.hpp>
+
+#include <optional>
 
 #include "ringflow/tests/torch_compare.h"
 
@@ -28,7 +32,7 @@ struct Step {
 };
 
 // The network of make_parity.py in `dtype` on the kernels in force on this thread.
-Step run_step(const SafetensorsFile& f, DType dtype) {
+Step run_step(const SafetensorsFile& f, DType dtype, bool autocast = false) {
   Step s;
   // clone(): to() returns the loaded tensor itself for f64, and the step updates the
   // running statistics in place.
@@ -42,6 +46,8 @@ Step run_step(const SafetensorsFile& f, DType dtype) {
   const double eps = std::stod(f.metadata.at("eps"));
   auto& p = s.leaves;
 
+  std::optional<AutocastGuard> amp;
+  if (autocast) amp.emplace(DType::bf16);
   Tensor h = conv2d(p["x"], p["conv.weight"], p["conv.bias"],
                     conv2d_params(/*stride=*/{1, 1}, /*padding=*/{1, 1}));  // (4, 6, 12, 12)
   h = batch_norm(h, s.running_mean, s.running_var, p["bn.weight"], p["bn.bias"],
@@ -49,6 +55,7 @@ Step run_step(const SafetensorsFile& f, DType dtype) {
   h = max_pool2d(relu(h), pool2d_params({2, 2}));                          // (4, 6, 6, 6)
   s.logits = linear(flatten(h, 1), p["fc.weight"], p["fc.bias"]);           // (4, 5)
   s.loss = cross_entropy(s.logits, f.at("labels"));                         // ()
+  amp.reset();  // backward outside the scope, as PyTorch's recipe has it
   s.loss.backward();
   return s;
 }
@@ -108,4 +115,63 @@ TEST_CASE("a training step on the reference kernels in f64 matches PyTorch") {
   const Step s = run_step(f, DType::f64);
   const double worst = compare(s, f, "f64", 1e-10, "reference f64");
   MESSAGE("reference f64: largest deviation from PyTorch's f64 step " << worst);
+}
+
+// bf16 keeps 8 significant bits (epsilon 2^-8 = 3.9e-3): a step that rounds to bf16 three
+// times in forward and three in backward strays by several epsilons from the truth, as
+// PyTorch's own autocast step does (by up to 0.8 of a gradient here: grad.x, where sums of
+// rounded terms cancel). So ringflow's autocast step is held to PyTorch's autocast step within
+// 16 epsilons, and strays from the f64 truth by no more than 1.5 times what PyTorch's own
+// step does, plus one epsilon (the two round at different places: which ops each runs in
+// which dtype, and the kernels' orders of summation). Values below 2e-2 compare absolutely: grad.conv.bias is 0 in exact
+// arithmetic and rounding noise of ~1e-3 in bf16.
+TEST_CASE("a training step under autocast to bf16 matches PyTorch's autocast step") {
+  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  const Step s = run_step(f, DType::f32, /*autocast=*/true);
+  CHECK(s.logits.dtype() == DType::bf16);   // the linear layer ran in bf16
+  CHECK(s.loss.dtype() == DType::f32);      // the loss in f32
+  for (const auto& [name, leaf] : s.leaves) {
+    CAPTURE(name);
+    CHECK(leaf.grad().dtype() == DType::f32);  // master weights: f32 gradients
+  }
+  const double loss = s.loss.item(), torch_loss = f.at("bf16.loss").item();
+  CHECK(std::fabs(loss - torch_loss) <= 1e-2 * std::fabs(torch_loss));
+  constexpr double kEps = 1.0 / 256, kFloorBf16 = 2e-2;
+  std::map<std::string, Tensor> ours{{"loss", s.loss}, {"logits", s.logits},
+                                     {"bn.running_mean", s.running_mean},
+                                     {"bn.running_var", s.running_var}};
+  for (const auto& [name, leaf] : s.leaves) ours["grad." + name] = leaf.grad();
+  double worst_vs_torch = 0;
+  for (const auto& [name, t] : ours) {
+    CAPTURE(name);
+    const Tensor torch_bf16 = f.at("bf16." + name), truth = f.at("f64." + name);
+    const double vs_torch = deviation(t.to(DType::f64), torch_bf16, kFloorBf16).max_error;
+    const double ours_vs_truth = deviation(t.to(DType::f64), truth, kFloorBf16).max_error;
+    const double torch_vs_truth = deviation(torch_bf16, truth, kFloorBf16).max_error;
+    MESSAGE(name << ": vs PyTorch's autocast step " << vs_torch << "; from f64: ours "
+                 << ours_vs_truth << ", PyTorch's " << torch_vs_truth);
+    CHECK(vs_torch <= 16 * kEps);
+    CHECK(ours_vs_truth <= 1.5 * torch_vs_truth + kEps);
+    worst_vs_torch = std::max(worst_vs_torch, vs_torch);
+  }
+  MESSAGE("bf16 autocast: largest deviation from PyTorch's autocast step " << worst_vs_torch);
+}
+
+TEST_CASE("autocast off inside an autocast scope: the f32 step, bit for bit") {
+  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  const Step plain = run_step(f, DType::f32);
+  Step off;
+  {
+    AutocastGuard outer(DType::bf16);
+    AutocastGuard inner(DType::bf16, /*enabled=*/false);
+    off = run_step(f, DType::f32);
+  }
+  CHECK(off.loss.item() == plain.loss.item());
+  for (const auto& [name, leaf] : plain.leaves) {
+    CAPTURE(name);
+    CHECK(leaf.grad().to_vector<float>() == off.leaves.at(name).grad().to_vector<float>());
+  }
+  CHECK_FALSE(autocast_enabled());
+  CHECK_THROWS_WITH_AS(AutocastGuard(DType::f32), doctest::Contains("bf16 or f16"),
+                       std::invalid_argument);
 }

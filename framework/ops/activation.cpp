@@ -1,5 +1,6 @@
 // softmax / log_softmax (kernels with a backward from the output) and dropout.
 // relu, sigmoid and tanh are elementwise ops (elementwise.cpp).
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -7,7 +8,8 @@
 namespace ringflow {
 namespace {
 
-Tensor softmax_op(const Tensor& x, int64_t dim_in, bool log) {
+Tensor softmax_op(const Tensor& x_in, int64_t dim_in, bool log) {
+  const Tensor x = autocast_to_f32(x_in);
   RF_CHECK(is_floating(x.dtype()), log ? "log_softmax" : "softmax", " of a ",
            dtype_name(x.dtype()), " tensor");
   const int64_t dim = wrap_dim(dim_in, x.dim());

@@ -1,5 +1,6 @@
 // conv2d: shape checks, forward on the device's kernel, backward via the data and weight
 // gradient kernels. Outputs are channels-last when the input is or the backend prefers it.
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -43,6 +44,8 @@ Tensor activation_like(const Shape& shape, const Tensor& x) {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
+  if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32))
+    return conv2d(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias), p);
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), p);
   RF_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "conv2d: input (",
            dtype_name(x.dtype()), " on ", x.device().str(), ") and weight (", dtype_name(w.dtype()),

@@ -1,4 +1,5 @@
 // matmul with NumPy semantics on top of one batched kernel (B, M, K) @ (B, K, N), and linear.
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -49,6 +50,8 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  if (autocast_enabled() && (a_in.dtype() == DType::f32 || b_in.dtype() == DType::f32))
+    return matmul(autocast_to_low(a_in), autocast_to_low(b_in));
   RF_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: operands must have at least 1 dim, got ",
            shape_str(a_in.shape()), " and ", shape_str(b_in.shape()));
   RF_CHECK(a_in.dtype() == b_in.dtype(), "matmul: dtypes differ: ", dtype_name(a_in.dtype()),
@@ -84,8 +87,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (bias.defined())
     RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias of shape ",
              shape_str(bias.shape()), " for weight of shape ", shape_str(w.shape()));
-  Tensor y = matmul(x, w.t());
-  return bias.defined() ? add(y, bias) : y;
+  Tensor y = matmul(x, w.t());  // under autocast: in 16 bits, and the bias added in them
+  return bias.defined() ? add(y, autocast_to_low(bias)) : y;
 }
 
 }  // namespace ringflow

@@ -1,5 +1,6 @@
 // Batch normalisation (PyTorch's F.batch_norm): batch statistics and running-stat updates
 // in training, running statistics in eval.
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -34,9 +35,10 @@ Shape non_channel_dims(const Tensor& x) {
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
+  const Tensor x = autocast_to_f32(x_in);  // statistics in f32
   RF_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: input must be (N, C) or (N, C, H, W), got ",
            shape_str(x.shape()));
   const int64_t C = x.size(1);

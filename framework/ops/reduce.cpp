@@ -2,6 +2,7 @@
 // reduced dims unless keepdim.
 #include <algorithm>
 
+#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -83,7 +84,8 @@ Tensor extreme(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast_to_f32(x_in);
   const auto mask = reduced_mask(x, dims);
   Tensor kept = reduce_forward(ReduceOp::sum, x, mask, x.dtype());
   Tensor out = kept.reshape(final_shape(x, mask, keepdim));
@@ -94,7 +96,8 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
+  const Tensor x = autocast_to_f32(x_in);
   const auto mask = reduced_mask(x, dims);
   RF_CHECK(is_floating(x.dtype()), "mean of an integer tensor (", dtype_name(x.dtype()),
            "); convert it with to(f32) first");

@@ -1,0 +1,37 @@
+// Automatic mixed precision, as torch.autocast: inside an AutocastGuard, convolutions,
+// linear layers and matmuls cast their f32 operands to a 16-bit dtype and run in it (the
+// kernels accumulate in f32), while batch norm, softmax, log-softmax (and with it the
+// losses) and sum/mean cast 16-bit operands up and run in f32. Parameters stay f32 (the
+// master weights the optimizer updates); the casts are differentiable, so each parameter's
+// gradient arrives in f32. Per thread; backward runs with autocast off (its ops keep the
+// dtypes of the forward's).
+#pragma once
+
+#include "ringflow/kernels/dtype.h"
+
+namespace ringflow {
+
+class AutocastGuard {
+ public:
+  // dtype: bf16 or f16 (throws otherwise); enabled false: autocast off inside the scope.
+  explicit AutocastGuard(DType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool was_enabled_;
+  DType was_dtype_;
+};
+
+bool autocast_enabled();
+DType autocast_dtype();  // meaningful while enabled
+
+class Tensor;
+// What the ops call on their operands. To the autocast dtype: f32 tensors while autocast is
+// on, others unchanged (an undefined tensor stays undefined).
+Tensor autocast_to_low(const Tensor& t);
+// To f32: 16-bit float tensors while autocast is on.
+Tensor autocast_to_f32(const Tensor& t);
+
+}  // namespace ringflow
