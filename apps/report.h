@@ -117,6 +117,7 @@ struct EpochStats {
   int64_t timed_steps = 0;
   double loss_sum = 0;  // over micro-batches
   int64_t correct = 0, seen = 0, batches = 0;
+  int64_t skipped = 0;  // fp16: this rank's optimizer steps skipped for inf/NaN gradients
   EpochTraffic traffic;
   std::vector<IterationRecord> logged;
 };

@@ -91,12 +91,47 @@ void trace_step(TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_
   }
 }
 
+// The loss scaler's state travels in the checkpoint's metadata ("info.amp.scale", ...).
+std::map<std::string, std::string> with_scaler(std::map<std::string, std::string> info,
+                                               const optim::GradScaler* scaler) {
+  if (scaler) {
+    for (const auto& [key, value] : scaler->state_dict()) info["amp." + key] = fmt::format("{:.17g}", value);
+  }
+  return info;
+}
+
+// A checkpoint of an fp32 or bf16 run has no scaler state: the scaler then starts afresh.
+void restore_scaler(optim::GradScaler& scaler, const std::map<std::string, std::string>& info,
+                    const std::string& path) {
+  std::map<std::string, double> state;
+  for (const auto& [key, value] : info) {
+    if (key.rfind("amp.", 0) != 0) continue;
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(value, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != value.size() || value.empty())
+      throw std::invalid_argument(fmt::format("--resume {}: metadata {} = '{}' is not a number",
+                                              path, key, value));
+    state[key.substr(4)] = v;
+  }
+  if (state.empty()) return;
+  try {
+    scaler.load_state_dict(state);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--resume {}: {}", path, e.what()));
+  }
+}
+
 // One iteration as this rank ran it: what the epoch aggregates, and the times the trace draws.
 struct StepRecord {
   Figures figures;
   double loss_sum = 0;  // over the micro-batches
   int64_t correct = 0, seen = 0;
   bool ran_out = false;  // the loader ran dry before the step was whole
+  bool skipped = false;  // fp16: a gradient was inf or NaN, the optimizer did not step
   Clock::time_point start, optimizer_start, end;
   // Per micro-batch: before loading, forward, backward, after_backward, and its end.
   std::vector<std::array<Clock::time_point, 5>> marks;
@@ -134,6 +169,7 @@ class Trainer {
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
   std::unique_ptr<optim::SGD> sgd_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
+  std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
   const std::map<std::string, std::string> info_;
   TrainingPosition pos_;
   std::unique_ptr<GradientSync> sync_;
@@ -243,6 +279,7 @@ void Trainer::make_data_and_model() {
                                       optim::SGDOptions{.lr = f_.lr, .momentum = f_.momentum,
                                                         .weight_decay = f_.weight_decay});
   scheduler_ = std::make_unique<optim::LRScheduler>(*sgd_, make_schedule(f_));
+  if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
 }
 
 // Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
@@ -272,6 +309,7 @@ void Trainer::resume() {
                                               f_.resume, key, c.info.at(key), value));
   pos_ = c.position;
   scheduler_->set_epoch(pos_.epoch);
+  if (scaler_) restore_scaler(*scaler_, c.info, f_.resume);
   if (lead_) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f_.resume, pos_.epoch, pos_.iteration);
 }
 
@@ -282,6 +320,9 @@ void Trainer::print_header() const {
              data_.test->size(), num_threads(), setup_.device.note,
              f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
                                                        f_.precision));
+  if (f_.precision == "fp16" && setup_.device.device.is_cpu())
+    fmt::print("fp16 on the CPU: convolutions and matmuls widen to f32 inside the kernels "
+               "(oneDNN has f16 ones only with AVX512-FP16); values keep fp16's range and rounding\n");
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {
@@ -323,7 +364,8 @@ StepRecord Trainer::step() {
       loss = cross_entropy(logits, batch_.labels);
     }
     t[2] = Clock::now();
-    (f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss).backward();
+    Tensor objective = f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss;
+    (scaler_ ? scaler_->scale(objective) : objective).backward();
     t[3] = Clock::now();
     sync_->after_backward(last);
     t[4] = Clock::now();
@@ -342,7 +384,12 @@ StepRecord Trainer::step() {
   ms[kBackward] -= r.comm.backward_wait_ms;
   ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
-  sgd_->step();
+  if (scaler_) {  // unscales; skips the step when a gradient overflowed fp16
+    r.skipped = !scaler_->step(*sgd_);
+    scaler_->update();
+  } else {
+    sgd_->step();
+  }
   sync_->zero_grad(*sgd_);
   ms[kOptimizer] = ms_since(r.optimizer_start);
   if (sync_->after_step(r.seen)) {  // fedavg's round
@@ -375,6 +422,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     }
     s.loss_sum += r.loss_sum;
     s.correct += r.correct;
+    s.skipped += r.skipped;
     s.seen += r.seen;
     s.batches += f_.grad_accum;
     s.traffic.add(r.comm.traffic, r.comm.model, r.comm.rounds);
@@ -458,6 +506,12 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
     fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
                epoch, mean.step_ms, s.timed_steps, images_per_s);
     print_epoch_table(a, world_, pg_ != nullptr);
+    if (scaler_) {
+      fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
+                 "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
+      j["loss_scale"] = scaler_->get_scale();
+      j["skipped_steps"] = s.skipped;
+    }
     fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
                a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
                100.0 * a.correct / std::max<int64_t>(1, a.seen));
@@ -481,7 +535,7 @@ void Trainer::run() {
     pos_.epoch = epoch;
     if (lead_ && !f_.checkpoint.empty()) {
       const auto save_start = Clock::now();
-      save_checkpoint(f_.checkpoint, *model_, *sgd_, pos_, info_);
+      save_checkpoint(f_.checkpoint, *model_, *sgd_, pos_, with_scaler(info_, scaler_.get()));
       trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
                    {{"epoch", epoch}});
     }

@@ -81,9 +81,9 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
-  app.add_option("--precision", f.precision, "fp32, or bf16: mixed precision (autocast: "
-                 "convolutions and linear layers in bf16 with f32 accumulation, the rest and the "
-                 "master weights in f32)")->capture_default_str()
+  app.add_option("--precision", f.precision, "fp32, or bf16 / fp16: mixed precision (autocast: "
+                 "convolutions and linear layers in 16 bits with f32 accumulation, the rest and "
+                 "the master weights in f32; fp16 with dynamic loss scaling)")->capture_default_str()
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();
 }
@@ -192,9 +192,6 @@ void check_flag_combinations(const Flags& f) {
             flag, f.sync));
     }
   }
-  if (f.precision == "fp16")
-    throw std::invalid_argument("--precision fp16 needs dynamic loss scaling, which is not "
-                                "built yet; use --precision bf16 (same range as fp32)");
   if (f.local_steps > 0 && f.local_epochs > 0)
     throw std::invalid_argument("--local-steps and --local-epochs exclude each other: a round "
                                 "every H steps, or every E epochs");

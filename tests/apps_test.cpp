@@ -73,15 +73,18 @@ std::string temp_path(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("train: a short run on the real Fashion-MNIST files lowers the loss, in f32 and bf16") {
-  for (const std::string precision : {"fp32", "bf16"}) {
+TEST_CASE("train: a short run on the real Fashion-MNIST files lowers the loss, in fp32, bf16, fp16") {
+  for (const std::string precision : {"fp32", "bf16", "fp16"}) {
     CAPTURE(precision);
     const std::string metrics = temp_path("metrics.jsonl");
     const Result r = run_train("--max-iters 60 --log-every 20 --epochs 1 --precision " + precision +
                                " --metrics " + metrics);
     INFO(r.output);
     CHECK(r.status == 0);
-    CHECK(contains(r.output, "mixed precision bf16 (f32 master weights)") == (precision == "bf16"));
+    CHECK(contains(r.output, "mixed precision " + precision + " (f32 master weights)") ==
+          (precision != "fp32"));
+    CHECK(contains(r.output, "fp16 loss scale 65536 after the epoch; 0 steps skipped") ==
+          (precision == "fp16"));
     CHECK(contains(r.output, "Epoch [1], Iteration [20/60], Loss:"));
     CHECK(contains(r.output, "ms/iteration over 59 iterations after the first"));
     CHECK(contains(r.output, "Test set: Average loss:"));
@@ -103,6 +106,24 @@ TEST_CASE("train: a short run on the real Fashion-MNIST files lowers the loss, i
     CHECK(losses.back() < 0.8 * losses.front());
     CHECK(epochs == 1);
   }
+}
+
+// The loss scaler's state travels in the checkpoint's metadata and comes back on --resume.
+TEST_CASE("train --precision fp16: the loss scaler's state in the checkpoint, resumed") {
+  const std::string ckpt = temp_path("fp16.safetensors");
+  const Result first = run_train("--precision fp16 --max-iters 5 --epochs 1 --checkpoint " + ckpt);
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  std::ifstream in(ckpt, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(contains(bytes, "\"info.amp.scale\":\"65536\""));
+  CHECK(contains(bytes, "\"info.amp.skipped_steps\":\"0\""));
+  const Result second = run_train("--precision fp16 --max-iters 5 --epochs 2 --resume " + ckpt);
+  INFO(second.output);
+  CHECK(second.status == 0);
+  CHECK(contains(second.output, "Resumed from"));
+  CHECK(contains(second.output, "fp16 loss scale 65536 after the epoch"));
+  std::filesystem::remove(ckpt);
 }
 
 TEST_CASE("train: --resume continues a run bit-identically on one thread") {
@@ -226,7 +247,6 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--device cuda:-1", "--device cuda:-1: expected cpu, cuda, cuda:N or auto"},
       {"--device cpu --backend nccl", "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu"},
       {"--backend gloo", "--backend: gloo not in {auto,mpi,nccl}"},
-      {"--precision fp16", "--precision fp16 needs dynamic loss scaling"},
       {"--precision fp8", "--precision: fp8 not in {"},
       {"--local-steps 2", "--local-steps applies to --sync fedavg"},
       {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},

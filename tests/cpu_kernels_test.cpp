@@ -1,6 +1,6 @@
 // cpu_backend() against reference_backend(): every overridden kernel over a shape sweep
 // with sizes 1, odd and prime, NCHW and channels-last operands, f32 (and bf16 where
-// oneDNN takes it); plus the oneDNN caches (no rebuilt primitive on a repeated call,
+// oneDNN takes it, f16 for convolutions, matmul and copies); plus the oneDNN caches (no rebuilt primitive on a repeated call,
 // weights reordered again when the version changes). Timing never decides a test.
 #include <doctest/doctest.h>
 
@@ -26,7 +26,8 @@ const Backend& ref() { return reference_backend(); }
 
 // ---------------------------------------------------------------- conv
 TEST_CASE("conv2d forward / backward-data / backward-weights match the reference") {
-  CHECK(sweep_conv(cpu(), {DType::f32, DType::bf16}, /*large=*/true));
+  // f16: through the f32 kernels (kernels/cpu/widen.h), as oneDNN has none on this ISA.
+  CHECK(sweep_conv(cpu(), {DType::f32, DType::bf16, DType::f16}, /*large=*/true));
 }
 
 // The shapes of VGG/ResNet's 3x3 layers, where ConvAlgorithm::automatic lets oneDNN pick
@@ -73,11 +74,11 @@ void check_matmul(int64_t B, int64_t M, int64_t K, int64_t N, bool ta, bool tb, 
   if (!close(o1.v, o2.v, rtol_of(dt), atol_of(dt, double(K)), name)) ++failed;
 }
 
-TEST_CASE("matmul: batched, transposed strides, batch broadcast, bf16") {
+TEST_CASE("matmul: batched, transposed strides, batch broadcast, bf16, f16") {
   std::mt19937 rng(2);
   int failed = 0, cases = 0;
   const int64_t sizes[][4] = {{1, 1, 1, 1}, {1, 5, 7, 3}, {3, 13, 17, 1}, {2, 1, 64, 31}, {4, 33, 65, 17}, {1, 128, 96, 80}};
-  for (DType dt : {DType::f32, DType::bf16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (auto& s : sizes) {
       for (int mode = 0; mode < 16; ++mode) {
         check_matmul(s[0], s[1], s[2], s[3], mode & 1, mode & 2, mode & 4, mode & 8, dt, rng, failed);
@@ -103,7 +104,7 @@ TEST_CASE("unary / binary / where over same-layout, per-channel and scalar opera
   CHECK(sweep_elementwise(cpu(), {DType::f32}));
 }
 TEST_CASE("copy (relayout, dtype conversion) and fill") {
-  CHECK(sweep_copy(cpu(), {DType::f32, DType::bf16, DType::i64}));
+  CHECK(sweep_copy(cpu(), {DType::f32, DType::bf16, DType::f16, DType::i64}));
 }
 TEST_CASE("fused SGD, Adam and AdamW steps match the reference") {
   CHECK(sweep_optimizers(cpu(), {DType::f32, DType::f64, DType::bf16}));

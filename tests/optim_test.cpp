@@ -295,3 +295,63 @@ TEST_CASE("optimizer arguments are checked") {
   CHECK_THROWS_AS(optim::StepLR(0), std::invalid_argument);
   CHECK_THROWS_AS(optim::SequentialLR({std::make_shared<optim::StepLR>(2)}, {3}), std::invalid_argument);
 }
+
+// GradScaler (issue 14): PyTorch's GradScaler rule, checked on hand-set gradients whose
+// unscaled values are known.
+TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, doubles after the interval") {
+  auto make = [] {
+    Tensor p = from_vector({1.0, -2.0, 3.0}, {3}).requires_grad_();
+    return p;
+  };
+  const double bad_values[] = {INFINITY, -INFINITY, NAN};
+  for (double bad : bad_values) {
+    CAPTURE(bad);
+    Tensor p = make();
+    optim::SGD sgd({p}, {.lr = 0.1, .momentum = 0.9});
+    optim::GradScaler scaler({.init_scale = 1024, .growth_interval = 3});
+    // A finite step first, so that there is momentum state to keep unchanged.
+    p.set_grad(from_vector({1024.0, 2048.0, -1024.0}, {3}));
+    CHECK(scaler.step(sgd));
+    scaler.update();
+    const std::vector<double> after_first = p.to_vector<double>();
+    const Tensor momentum = sgd.state_dict().at("state.0.momentum_buffer").clone();
+    CHECK(momentum.to_vector<double>() == std::vector<double>{1.0, 2.0, -1.0});  // unscaled
+    // An inf or NaN gradient: skipped, parameters and state unchanged, the scale halved.
+    p.set_grad(from_vector({1.0, bad, 1.0}, {3}));
+    CHECK_FALSE(scaler.step(sgd));
+    scaler.update();
+    CHECK(p.to_vector<double>() == after_first);
+    CHECK(sgd.state_dict().at("state.0.momentum_buffer").to_vector<double>() ==
+          momentum.to_vector<double>());
+    CHECK(scaler.get_scale() == 512);
+    CHECK(scaler.skipped_steps() == 1);
+  }
+  // Growth: three finite steps in a row double the scale; a skipped one restarts the count.
+  Tensor p = make();
+  optim::SGD sgd({p}, {.lr = 0.1});
+  optim::GradScaler scaler({.init_scale = 8, .growth_interval = 3});
+  std::vector<double> scales;
+  for (bool finite : {true, true, false, true, true, true, true}) {
+    p.set_grad(from_vector({finite ? 8.0 : NAN, 0.0, 0.0}, {3}));
+    scaler.step(sgd);
+    scaler.update();
+    scales.push_back(scaler.get_scale());
+  }
+  CHECK(scales == std::vector<double>{8, 8, 4, 4, 4, 8, 8});
+  // The loss is scaled, and unscale_ before a clip divides the gradients exactly once.
+  CHECK(scaler.scale(scalar_tensor(0.5)).item() == 4.0);
+  p.set_grad(from_vector({8.0, 16.0, -4.0}, {3}));
+  scaler.unscale_(sgd);
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{1.0, 2.0, -0.5});
+  CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("twice"), std::invalid_argument);
+  scaler.step(sgd);  // does not unscale again
+  scaler.update();
+  // Its state round-trips; a bad one is refused naming the entry.
+  optim::GradScaler other;
+  other.load_state_dict(scaler.state_dict());
+  CHECK(other.state_dict() == scaler.state_dict());
+  CHECK_THROWS_WITH_AS(other.load_state_dict({{"scale", 2.0}}), doctest::Contains("growth_tracker"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(other.load_state_dict({{"scale", 0.0}, {"growth_tracker", 0.0}, {"skipped_steps", 0.0}}),
+                       doctest::Contains("scale"), std::invalid_argument);
+}

@@ -7,9 +7,11 @@
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
 // sgemm instead (conv_gemm.cpp). The algorithm (direct or oneDNN's choice, which includes
 // Winograd) is a process setting: set_conv_algorithm in kernels/backend.h.
+#include <optional>
 #include <atomic>
 #include <stdexcept>
 
+#include "ringflow/kernels/cpu/widen.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow {
@@ -90,6 +92,13 @@ bool conv_ok(const View& a, const View& b, const View& c) {
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
+  if (any_f16({&y, &x, &w, bias})) {
+    const Widened wy(y, false), wx(x, true), ww(w, true);
+    std::optional<Widened> wb;
+    if (bias) wb.emplace(*bias, true);
+    conv2d_forward(wy.view(), wx.view(), ww.view(), wb ? wb->ptr() : nullptr, p);
+    return wy.finish();
+  }
   if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
     return reference_backend().conv2d_forward(y, x, w, bias, p);
   }
@@ -122,6 +131,11 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
 }
 
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
+  if (any_f16({&dx, &dy, &w})) {
+    const Widened wdx(dx, false), wdy(dy, true), ww(w, true);
+    conv2d_backward_data(wdx.view(), wdy.view(), ww.view(), p);
+    return wdx.finish();
+  }
   if (!conv_ok(dx, dy, w)) return reference_backend().conv2d_backward_data(dx, dy, w, p);
   const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_backward_data");
@@ -152,6 +166,15 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
 
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p) {
+  if (any_f16({&dw, db, &dy, &x})) {
+    const Widened wdw(dw, false), wdy(dy, true), wx(x, true);
+    std::optional<Widened> wdb;
+    if (db) wdb.emplace(*db, false);
+    conv2d_backward_weights(wdw.view(), wdb ? wdb->ptr() : nullptr, wdy.view(), wx.view(), p);
+    wdw.finish();
+    if (wdb) wdb->finish();
+    return;
+  }
   if (conv_gemm_backward_weights(dw, db, dy, x, p)) return;
   if (!conv_ok(dy, x, dy) || dw.dim() != 4 || !dnnl_friendly({&dw}) ||
       (db && !dnnl_friendly({db}))) {

@@ -52,7 +52,7 @@ void run_binary(const LoopPlan& plan, float* out, const float* a, const float* b
   });
 }
 
-// Same-dtype copy of elements of type T (raw bits), or a conversion between f32 and bf16.
+// Same-dtype copy of elements of type T (raw bits), or a conversion between f32 and bf16 or f16.
 template <class To, class From, class Fn>
 void run_convert(const LoopPlan& plan, To* out, const From* in, Fn fn) {
   const bool ua = plan.inner_unit(1);
@@ -145,6 +145,10 @@ void copy(const View& dst, const View& src) {
       return run_convert(plan, dst.ptr<uint16_t>(), src.ptr<float>(), to_bf16);
     } else if (dst.dtype == DType::f32 && src.dtype == DType::bf16) {
       return run_convert(plan, dst.ptr<float>(), src.ptr<uint16_t>(), from_bf16);
+    } else if (dst.dtype == DType::f16 && src.dtype == DType::f32) {  // autocast to f16
+      return run_convert(plan, dst.ptr<uint16_t>(), src.ptr<float>(), float_to_half_bits);
+    } else if (dst.dtype == DType::f32 && src.dtype == DType::f16) {
+      return run_convert(plan, dst.ptr<float>(), src.ptr<uint16_t>(), half_bits_to_float);
     }
   }
   // Relayouts between dense layouts of f32/bf16 (e.g. NCHW <-> NHWC) through oneDNN.

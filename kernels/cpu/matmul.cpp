@@ -2,8 +2,10 @@
 // A batch stride of 0 on a or b is oneDNN's batch broadcast (that operand's batch dim 1).
 // Strided operands (e.g. transposed weights) are handed to oneDNN as they are; only if
 // oneDNN has no implementation for those strides are a and b copied contiguous.
+#include <optional>
 #include <algorithm>
 
+#include "ringflow/kernels/cpu/widen.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
@@ -72,6 +74,11 @@ View contiguous_copy(const View& v, ScratchBuffer& buf) {
 }  // namespace
 
 void matmul(const View& out, const View& a, const View& b) {
+  if (any_f16({&out, &a, &b})) {
+    const Widened wo(out, false), wa(a, true), wb(b, true);
+    matmul(wo.view(), wa.view(), wb.view());
+    return wo.finish();
+  }
   const bool ok = out.dim() == 3 && a.dim() == 3 && b.dim() == 3 && dnnl_supports(out.dtype) &&
                   a.dtype == out.dtype && b.dtype == out.dtype && out.numel() > 0 &&
                   a.shape[2] > 0 && (out.shape[0] == 1 || out.strides[0] != 0) &&

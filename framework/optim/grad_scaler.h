@@ -1,0 +1,63 @@
+// GradScaler: dynamic loss scaling for fp16 mixed precision, with the rule of PyTorch's
+// torch.cuda.amp.GradScaler. fp16 keeps 5 exponent bits: gradients below 6e-8 flush to zero.
+// The loss is multiplied by the scale before backward so that they survive; before the
+// optimizer step the gradients are divided by it and checked. A step with an inf or NaN
+// gradient is skipped (the parameters and the optimizer's state stay as they were) and the
+// scale halves; after growth_interval finite steps in a row it doubles.
+//
+//   Tensor loss = ...;                 // forward under AutocastGuard(DType::f16)
+//   scaler.scale(loss).backward();
+//   scaler.unscale_(sgd);              // optional: before clip_grad_norm_
+//   scaler.step(sgd);                  // skipped on inf/NaN
+//   scaler.update();
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ringflow/framework/optim/optimizer.h"
+
+namespace ringflow::optim {
+
+struct GradScalerOptions {
+  double init_scale = 65536;  // 2^16
+  double growth_factor = 2;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale (differentiable).
+  Tensor scale(const Tensor& loss) const;
+  // Divides the gradients of the optimizer's parameters by the scale, in place, and notes
+  // whether any is inf or NaN. Once per step: a second call before update() throws.
+  void unscale_(Optimizer& optimizer);
+  // unscale_ (unless done), then the optimizer's step, unless a gradient was inf or NaN.
+  // Returns whether it stepped.
+  bool step(Optimizer& optimizer);
+  // The scale for the next step: halved after a skipped step, doubled after
+  // growth_interval finite ones in a row.
+  void update();
+
+  double get_scale() const { return scale_; }
+  int64_t skipped_steps() const { return skipped_; }  // since construction (or the checkpoint)
+
+  // For checkpoints: "scale", "growth_tracker", "skipped_steps".
+  std::map<std::string, double> state_dict() const;
+  // Throws std::invalid_argument naming the entry when one is missing or out of range.
+  void load_state_dict(const std::map<std::string, double>& state);
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;  // finite steps in a row
+  int64_t skipped_ = 0;
+  bool unscaled_ = false;       // unscale_ ran this step
+  bool found_inf_ = false;
+};
+
+}  // namespace ringflow::optim
