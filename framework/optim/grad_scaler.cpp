@@ -27,13 +27,17 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   unscaled_ = true;
   NoGradGuard no_grad;
   const double inv = 1.0 / scale_;
+  // A sum is finite exactly when every term is (the gradients are far below f32's range):
+  // one sum over every gradient, read once (on a GPU, one synchronisation per step).
+  Tensor total;
   for (const Tensor& p : optimizer.params()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
     g.copy_(mul(g, inv));  // in place: ddp's gradients are views of its buckets
-    // A sum is finite exactly when every term is (the gradients are far below f32's range).
-    if (!std::isfinite(sum(g.to(DType::f32)).item())) found_inf_ = true;
+    const Tensor s = sum(g.to(DType::f32));
+    total = total.defined() ? add(total, s.to(total.device())) : s;
   }
+  if (total.defined() && !std::isfinite(total.item())) found_inf_ = true;
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
