@@ -320,9 +320,11 @@ void Trainer::print_header() const {
              data_.test->size(), num_threads(), setup_.device.note,
              f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
                                                        f_.precision));
-  if (f_.precision == "fp16" && setup_.device.device.is_cpu())
-    fmt::print("fp16 on the CPU: convolutions and matmuls widen to f32 inside the kernels "
-               "(oneDNN has f16 ones only with AVX512-FP16); values keep fp16's range and rounding\n");
+  const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
+  if (setup_.device.device.is_cpu() && widened)
+    fmt::print("{} on the CPU{}: convolutions and matmuls widen to f32 inside the kernels; values "
+               "keep {}'s range and rounding, at f32 speed\n", f_.precision,
+               f_.precision == "bf16" ? " (no AVX512-BF16 here)" : "", f_.precision);
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {

@@ -6,7 +6,12 @@ counted per epoch are the closed form's within 1%, cloud and allreduce, fp32 and
 the bytes); non-IID users (--partition dirichlet:0.3) train by --local-epochs; and flags
 that apply to fedavg alone are refused elsewhere, naming the flag.
 
-usage: federated_test.py TRAIN MPIEXEC"""
+Then bench/federated (the study behind `./dev study federated`) at CI speed: 2 users, a few
+iterations per epoch, fp32 and bf16; its CSV and summary are written, and its checks of
+bytes (closed form, bf16 half of fp32) pass. No figure of time or accuracy decides anything.
+
+usage: federated_test.py TRAIN MPIEXEC BENCH_FEDERATED"""
+import csv
 import json
 import os
 import struct
@@ -14,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-train, mpiexec = sys.argv[1], sys.argv[2]
+train, mpiexec, study = sys.argv[1], sys.argv[2], sys.argv[3]
 # Short runs unless a test says otherwise.
 DEFAULTS = {"--epochs": "1", "--max-iters": "6", "--threads": "1", "--workers": "0",
             "--log-every": "1", "--eval-every": "0"}
@@ -125,6 +130,27 @@ with tempfile.TemporaryDirectory() as tmp:
         check(code != 0 and words in out, f"{' '.join(args)}: exit {code}, says '{words}'")
         if words not in out:
             print(out[-800:])
+
+    # The study driver end to end.
+    out = f"{tmp}/study"
+    p = subprocess.run([study, "--quick", "--max-iters", "3", "--users", "2", "--batches", "256",
+                        "--no-plots", "--train", train, "--mpiexec", mpiexec, "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    check(p.returncode == 0, f"bench/federated --quick: exit {p.returncode}")
+    if p.returncode != 0:
+        print(p.stdout[-3000:])
+    else:
+        with open(f"{out}/federated.csv") as f:
+            rows = list(csv.DictReader(f))
+        runs = {(r["scheme"], r["precision"]) for r in rows}
+        want = {(s, q) for s in ("C-SGD", "D-SGD b256", "FL") for q in ("fp32", "bf16")}
+        check(runs == want, f"bench/federated: one run per scheme and precision {sorted(runs)}")
+        with open(f"{out}/summary.md") as f:
+            text = f.read()
+        check("PASS: small_cnn: FL in bf16 moves 0.500 of fp32's bytes" in text
+              and "PASS: bytes counted by the transport vs the closed form" in text
+              and "FAIL: small_cnn: FL in" not in text,
+              "bench/federated: summary's byte checks pass")
 
 print(f"{len(failures)} failed" if failures else "all passed")
 sys.exit(1 if failures else 0)

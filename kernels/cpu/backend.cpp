@@ -7,6 +7,8 @@
 
 namespace ringflow {
 
+bool cpu_native_bf16() { return __builtin_cpu_supports("avx512bf16"); }
+
 const Backend& cpu_backend() {
   static const Backend table = [] {
     Backend b = reference_backend();

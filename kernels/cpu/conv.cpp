@@ -92,7 +92,7 @@ bool conv_ok(const View& a, const View& b, const View& c) {
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
-  if (any_f16({&y, &x, &w, bias})) {
+  if (any_widens({&y, &x, &w, bias})) {
     const Widened wy(y, false), wx(x, true), ww(w, true);
     std::optional<Widened> wb;
     if (bias) wb.emplace(*bias, true);
@@ -131,7 +131,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
 }
 
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
-  if (any_f16({&dx, &dy, &w})) {
+  if (any_widens({&dx, &dy, &w})) {
     const Widened wdx(dx, false), wdy(dy, true), ww(w, true);
     conv2d_backward_data(wdx.view(), wdy.view(), ww.view(), p);
     return wdx.finish();
@@ -166,7 +166,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
 
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p) {
-  if (any_f16({&dw, db, &dy, &x})) {
+  if (any_widens({&dw, db, &dy, &x})) {
     const Widened wdw(dw, false), wdy(dy, true), wx(x, true);
     std::optional<Widened> wdb;
     if (db) wdb.emplace(*db, false);

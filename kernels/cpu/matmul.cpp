@@ -74,7 +74,7 @@ View contiguous_copy(const View& v, ScratchBuffer& buf) {
 }  // namespace
 
 void matmul(const View& out, const View& a, const View& b) {
-  if (any_f16({&out, &a, &b})) {
+  if (any_widens({&out, &a, &b})) {
     const Widened wo(out, false), wa(a, true), wb(b, true);
     matmul(wo.view(), wa.view(), wb.view());
     return wo.finish();

@@ -1,7 +1,9 @@
-// f16 operands of the CPU's convolutions and matmul run through the f32 kernels: oneDNN
-// has f16 convolutions only on CPUs with AVX512-FP16, and the reference loops are two orders
-// of magnitude slower. Inputs are widened exactly; outputs are rounded back to f16 once, so
-// the result is what an f16 kernel with f32 accumulation gives (up to the order of sums).
+// 16-bit operands of the CPU's convolutions and matmul run through the f32 kernels where
+// the CPU lacks their arithmetic: the backend sends oneDNN no f16 (it has f16 convolutions
+// only with AVX512-FP16), and bf16 without
+// AVX512-BF16 would go to the reference loops, two orders of magnitude slower. Inputs are
+// widened exactly; outputs are rounded back once, so the result is what a 16-bit kernel
+// with f32 accumulation gives (up to the order of sums).
 #pragma once
 
 #include "ringflow/kernels/backend.h"
@@ -10,12 +12,16 @@
 
 namespace ringflow::cpu {
 
-// A dense f32 copy of an f16 view (or the view itself when it is not f16). For an output,
-// finish() rounds the f32 values back into it.
+inline bool widens(DType dt) {
+  return dt == DType::f16 || (dt == DType::bf16 && !cpu_native_bf16());
+}
+
+// A dense f32 copy of a view of a dtype that widens (or the view itself otherwise). For an
+// output, finish() rounds the f32 values back into it.
 class Widened {
  public:
   Widened(const View& v, bool is_input) : original_(v), view_(v) {
-    if (v.dtype != DType::f16) return;
+    if (!widens(v.dtype)) return;
     buffer_ = ScratchBuffer(std::max<size_t>(1, static_cast<size_t>(v.numel()) * sizeof(float)));
     view_.data = buffer_.data();
     view_.dtype = DType::f32;
@@ -26,7 +32,7 @@ class Widened {
   const View& view() const { return view_; }
   const View* ptr() const { return &view_; }
   void finish() const {
-    if (original_.dtype == DType::f16) copy(original_, view_);
+    if (widens(original_.dtype)) copy(original_, view_);
   }
 
  private:
@@ -35,9 +41,9 @@ class Widened {
   ScratchBuffer buffer_;
 };
 
-inline bool any_f16(std::initializer_list<const View*> views) {
+inline bool any_widens(std::initializer_list<const View*> views) {
   for (const View* v : views)
-    if (v && v->dtype == DType::f16) return true;
+    if (v && widens(v->dtype)) return true;
   return false;
 }
 
