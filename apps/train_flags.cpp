@@ -118,8 +118,10 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
                  "or srun")->capture_default_str()
       ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp", "fedavg"}));
   app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce, ddp and fedavg's "
-                 "--fed-topology allreduce")->capture_default_str()
-      ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive"}));
+                 "--fed-topology allreduce (hierarchical: within each node to its first rank, a "
+                 "ring among the nodes, back; auto picks it for large messages when ranks share "
+                 "nodes across several)")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive", "hierarchical"}));
   app.add_option("--launcher", f.launcher,
                  "how the ranks were started: mpi (mpiexec, srun with PMI), env (torchrun's "
                  "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or Slurm's SLURM_PROCID, "

@@ -96,7 +96,7 @@ MPI_Datatype mpi_type(DType dtype) {
 
 // One allreduce with `algo` ("native" is MPI_Allreduce; it has no avg: sum, then divide).
 void run(Algorithm algo, Transport& t, MPI_Comm comm, Buffer buf, ReduceOp op,
-         size_t segment_bytes) {
+         size_t segment_bytes, const std::vector<int>& host_of) {
   if (algo == Algorithm::automatic) {
     algo = choose_allreduce(buf.count * dtype_size(buf.dtype), t.size());
   }
@@ -112,6 +112,7 @@ void run(Algorithm algo, Transport& t, MPI_Comm comm, Buffer buf, ReduceOp op,
     case Algorithm::tree: return tree_allreduce(t, buf, op);
     case Algorithm::recursive_doubling: return recursive_doubling_allreduce(t, buf, op);
     case Algorithm::ring: return ring_allreduce(t, buf, op, segment_bytes);
+    case Algorithm::hierarchical: return hierarchical_allreduce(t, buf, op, host_of);
     case Algorithm::automatic: break;
   }
 }
@@ -265,7 +266,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "f32, f64, f16, bf16, i32, i64");
   app.add_option("--op", o.op, "sum, avg, max, min");
   app.add_option("--algorithms", o.algorithms,
-                 "native naive tree recursive_doubling ring auto");
+                 "native naive tree recursive_doubling ring hierarchical auto (hierarchical: "
+                 "within each host, a ring among the hosts' first ranks)");
   app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
   app.add_option("--transport", o.transport,
                  "what our algorithms talk through: auto (shm where every rank is on this "
@@ -334,6 +336,7 @@ int main(int argc, char** argv) {
     // else TCP, else MPI; or the one asked for.
     MpiTransport mpi_transport(comm);
     MpiBootstrap bootstrap(comm);
+    const std::vector<int> host_of = host_indices(bootstrap.allgather(node_identity()));
     std::unique_ptr<ShmTransport> shm_transport;
     std::unique_ptr<TcpTransport> tcp_transport;
     std::string transport_name = "mpi", why_not_shm = "not asked for", why_not_tcp = "not asked for";
@@ -381,7 +384,7 @@ int main(int argc, char** argv) {
         if (algo == Algorithm::native && mpi_type(dtype) == MPI_DATATYPE_NULL) continue;
         // Check.
         fill(buf, rank);
-        run(algo, transport, native_comm, buf, op, o.segment_bytes);
+        run(algo, transport, native_comm, buf, op, o.segment_bytes, host_of);
         int64_t wrong = count_wrong(buf, op, n), wrong_any = 0;
         MPI_Allreduce(&wrong, &wrong_any, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         const bool ok = wrong_any == 0;
@@ -392,7 +395,7 @@ int main(int argc, char** argv) {
         Timing tm;
         if (ok) {
           std::memset(buf.data, 0, count * esize);
-          tm = time_calls([&] { run(algo, transport, native_comm, buf, op, o.segment_bytes); }, o, comm);
+          tm = time_calls([&] { run(algo, transport, native_comm, buf, op, o.segment_bytes, host_of); }, o, comm);
         } else {
           status = 1;
         }

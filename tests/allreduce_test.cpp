@@ -21,6 +21,7 @@
 #include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/comm/base/scratch.h"
 #include "ringflow/comm/bootstrap/mpi_bootstrap.h"
+#include "ringflow/comm/transport/counting_transport.h"
 #include "ringflow/comm/transport/mpi_transport.h"
 #include "ringflow/comm/transport/shm_transport.h"
 #include "ringflow/comm/transport/tcp_transport.h"
@@ -362,7 +363,11 @@ TEST_CASE("hierarchical allreduce: every layout of hosts gives the closed form, 
             CAPTURE(count);
             std::vector<unsigned char> bytes(count * dtype_size(dtype));
             for (int64_t i = 0; i < count; ++i) set(bytes, dtype, i, (rank + 1) * (1 + i % 7));
-            hierarchical_allreduce(transport(), {bytes.data(), count, dtype}, op, hosts);
+            CountingTransport counted(transport());
+            hierarchical_allreduce(counted, {bytes.data(), count, dtype}, op, hosts);
+            const Traffic want = hierarchical_traffic(count, dtype_size(dtype), hosts, rank);
+            CHECK(counted.traffic().sent == want.sent);
+            CHECK(counted.traffic().received == want.received);
             int64_t bad = 0;
             for (int64_t i = 0; i < count; ++i) bad += get(bytes, dtype, i) != expected(op, dtype, n, i);
             CHECK_MESSAGE(bad == 0, bad, " wrong elements");

@@ -1,7 +1,8 @@
-// Run by bench/cluster, one rank per emulated host (tests/meson.build): checks that MPI
-// sees hosts of their own that talk TCP over the shaped links (so that what the cluster
-// benchmarks measure is the network), and that every allreduce algorithm gives the right
-// result over those links, through the group's own TCP connections and through MPI, at
+// Run by bench/cluster, K ranks per emulated host (tests/meson.build; K from the
+// RINGFLOW_RANKS_PER_HOST that bench/cluster sets): checks that MPI sees hosts of their own
+// that talk TCP over the shaped links (so that what the cluster benchmarks measure is the
+// network), that every allreduce algorithm (hierarchical too: within each host, then
+// across) gives the right result over those links with the bytes of its closed form, through the group's own TCP connections and through MPI, at
 // sizes where the links dominate: closed forms (rank r contributes (r+1) * k_i,
 // k_i = 1 + i % 7, so a sum is n(n+1)/2 * k_i), and MPI's own result on random integers
 // (exact whatever the order of the additions). The script's --verify-traffic then checks
@@ -26,7 +27,13 @@ namespace ringflow::comm {
 namespace {
 
 constexpr Algorithm kAlgorithms[] = {Algorithm::native, Algorithm::naive, Algorithm::tree,
-                                     Algorithm::recursive_doubling, Algorithm::ring};
+                                     Algorithm::recursive_doubling, Algorithm::ring,
+                                     Algorithm::hierarchical};
+
+int ranks_per_host() {
+  const char* v = std::getenv("RINGFLOW_RANKS_PER_HOST");
+  return v ? std::atoi(v) : 1;
+}
 
 // A failing collective reports within this instead of hanging the test.
 CollectiveOptions opts(Algorithm algo) {
@@ -51,11 +58,12 @@ double k_of(int64_t i) { return static_cast<double>(1 + i % 7); }
 
 }  // namespace
 
-TEST_CASE("every rank runs on a host of its own and talks TCP") {
+TEST_CASE("every host runs its K ranks and talks TCP") {
   int n = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  INFO("run this test through bench/cluster (one rank per emulated host)");
+  INFO("run this test through bench/cluster");
+  const int k = ranks_per_host();
 
   // MPICH's node map: ranks on one node would share memory instead of using the links.
   MPI_Comm node;
@@ -63,7 +71,7 @@ TEST_CASE("every rank runs on a host of its own and talks TCP") {
   int node_size = 0;
   MPI_Comm_size(node, &node_size);
   MPI_Comm_free(&node);
-  CHECK(node_size == 1);
+  CHECK(node_size == k);
 
   // bench/cluster names each host after its namespace.
   std::vector<char> names(static_cast<size_t>(n) * MPI_MAX_PROCESSOR_NAME, '\0');
@@ -74,7 +82,7 @@ TEST_CASE("every rank runs on a host of its own and talks TCP") {
                 MPI_CHAR, MPI_COMM_WORLD);
   std::set<std::string> distinct;
   for (int q = 0; q < n; ++q) distinct.insert(names.data() + q * MPI_MAX_PROCESSOR_NAME);
-  CHECK(static_cast<int>(distinct.size()) == n);
+  CHECK(static_cast<int>(distinct.size()) * k == n);
 
   // UCX's shared-memory transports would reach across the namespaces (Note [one host,
   // one node, TCP only] in bench/cluster).
@@ -143,6 +151,30 @@ TEST_CASE("allreduce over the links: every algorithm and transport agrees with M
       INFO(std::string(algorithm_name(a)));
       CHECK(wrong == 0);
     }
+  }
+}
+
+// The group's view of the hosts, and what the hierarchical allreduce moves: each rank's
+// counted bytes equal the closed form, so only the leaders' ring crosses the links.
+TEST_CASE("hierarchical over the links: the hosts as MPI sees them, bytes as the closed form") {
+  MpiProcessGroup pg(MPI_COMM_WORLD, checking("tcp"));
+  const int n = pg.size(), r = pg.rank(), k = ranks_per_host();
+  std::vector<int> want_hosts;
+  for (int q = 0; q < n; ++q) want_hosts.push_back(q / k);  // Hydra fills host by host
+  CHECK(pg.host_of() == want_hosts);
+  constexpr int64_t count = (int64_t{1} << 20) + 5;
+  Tensor t = full({count}, r + 1.0);
+  auto w = pg.allreduce(t, opts(Algorithm::hierarchical));
+  w->wait();
+  const Traffic want = hierarchical_traffic(count, 4, pg.host_of(), r);
+  CHECK(w->traffic().sent == want.sent);
+  CHECK(w->traffic().received == want.received);
+  CHECK(t.to_vector<float>() == std::vector<float>(count, static_cast<float>(n * (n + 1) / 2)));
+  // automatic picks it for a large message where hosts hold several ranks.
+  if (k > 1 && n > k) {  // (with one rank per host the two move the same bytes)
+    const Traffic automatic = pg.allreduce_traffic_model(count, DType::f32, Algorithm::automatic);
+    CHECK(automatic.sent == want.sent);
+    CHECK(automatic.received == want.received);
   }
 }
 

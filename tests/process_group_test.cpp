@@ -179,8 +179,9 @@ TEST_CASE("allreduce: our algorithms through the process group") {
   auto group = make_group();
   QueuedProcessGroup& pg = *group;
   const int n = pg.size(), r = pg.rank();
+  // hierarchical: on one node, to the node's first rank and back.
   const Algorithm algos[] = {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
-                             Algorithm::ring, Algorithm::automatic};
+                             Algorithm::ring, Algorithm::hierarchical, Algorithm::automatic};
   struct Case { Tensor t; DType d; int64_t count; Algorithm a; std::shared_ptr<Work> w; };
   std::vector<Case> cases;
   for (Algorithm a : algos) {
@@ -226,7 +227,7 @@ TEST_CASE("traffic: each allreduce algorithm's counted bytes equal its closed fo
   QueuedProcessGroup& pg = *group;
   const int n = pg.size(), r = pg.rank();
   const Algorithm algos[] = {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
-                             Algorithm::ring, Algorithm::native};
+                             Algorithm::ring, Algorithm::hierarchical, Algorithm::native};
   constexpr int64_t count = 1009;  // prime: uneven ring chunks
   std::vector<std::shared_ptr<Work>> works;
   for (Algorithm a : algos) works.push_back(pg.allreduce(full({count}, r + 1), opts(ReduceOp::sum, a)));
@@ -240,7 +241,10 @@ TEST_CASE("traffic: each allreduce algorithm's counted bytes equal its closed fo
     const Algorithm ran = algos[k] == Algorithm::native && !modelled
                               ? choose_allreduce(count * 4, n)
                               : algos[k];
-    const Traffic want = allreduce_traffic(ran, count, 4, n, r);
+    const Traffic want = ran == Algorithm::hierarchical
+                             ? hierarchical_traffic(count, 4, pg.host_of(), r)
+                             : allreduce_traffic(ran, count, 4, n, r);
+    CHECK(pg.allreduce_traffic_model(count, DType::f32, algos[k]).sent == want.sent);
     CAPTURE(algorithm_name(algos[k]));
     CHECK(got.sent == want.sent);
     CHECK(got.received == want.received);

@@ -30,7 +30,8 @@ void hierarchical_allreduce(Transport& t, Buffer buf, ReduceOp op, const std::ve
 Algorithm choose_allreduce(size_t bytes, int world_size);
 
 // The algorithm `algo` (automatic resolved by choose_allreduce; native is not ours and
-// throws std::invalid_argument).
-void run_allreduce(Transport& t, Buffer buf, Algorithm algo, ReduceOp op, int root = 0);
+// throws std::invalid_argument). host_of: each rank's host, which hierarchical needs.
+void run_allreduce(Transport& t, Buffer buf, Algorithm algo, ReduceOp op, int root = 0,
+                   const std::vector<int>* host_of = nullptr);
 
 }  // namespace ringflow::comm

@@ -2,6 +2,8 @@
 // named below), not from the counts: the tests compare the two.
 #include "ringflow/comm/base/traffic.h"
 
+#include <algorithm>
+
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -56,10 +58,38 @@ Traffic allreduce_traffic(Algorithm algo, int64_t count, size_t elem_bytes, int 
       return {k * s, k * s, false};
     }
     case Algorithm::automatic:
+    case Algorithm::hierarchical:
       break;
   }
-  throw std::invalid_argument("allreduce_traffic: resolve Algorithm::automatic first "
-                              "(choose_allreduce)");
+  throw std::invalid_argument(algo == Algorithm::automatic
+                                  ? "allreduce_traffic: resolve Algorithm::automatic first "
+                                    "(choose_allreduce)"
+                                  : "allreduce_traffic: the hierarchical allreduce's depends on "
+                                    "the hosts (hierarchical_traffic)");
+}
+
+Traffic hierarchical_traffic(int64_t count, size_t elem_bytes, const std::vector<int>& host_of,
+                             int rank) {
+  const int world = static_cast<int>(host_of.size());
+  RF_CHECK(rank >= 0 && rank < world, "hierarchical_traffic: rank ", rank, " of ", world);
+  if (world == 1 || count == 0) return {};
+  const int64_t s = count * static_cast<int64_t>(elem_bytes);
+  std::vector<int> mine, leaders;  // my host's ranks; the first rank of every host
+  for (int r = 0; r < world; ++r) {
+    if (host_of[r] == host_of[rank]) mine.push_back(r);
+    bool first = true;
+    for (int q = 0; q < r && first; ++q) first = host_of[q] != host_of[r];
+    if (first) leaders.push_back(r);
+  }
+  const int k = static_cast<int>(mine.size());
+  const int pos = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+  Traffic t = pos == 0 ? Traffic{0, (k - 1) * s, false} : Traffic{s, 0, false};  // reduce
+  if (pos == 0 && leaders.size() > 1) {
+    const int li = static_cast<int>(std::find(leaders.begin(), leaders.end(), rank) - leaders.begin());
+    t += ring(count, static_cast<int64_t>(elem_bytes), static_cast<int>(leaders.size()), li);
+  }
+  t += broadcast_traffic(s, k, pos, 0);
+  return t;
 }
 
 Traffic broadcast_traffic(int64_t bytes, int world, int rank, int root) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "ringflow/comm/base/types.h"
 
@@ -40,6 +41,12 @@ struct Traffic {
 // first (choose_allreduce). measured is false.
 Traffic allreduce_traffic(Algorithm algo, int64_t count, size_t elem_bytes, int world, int rank,
                           int root = 0);
+
+// The hierarchical allreduce (hierarchical_allreduce.cpp) at `rank`, host_of[r] naming rank
+// r's host: within the host straight to its first rank (the leader), the ring among the
+// leaders, a binomial broadcast back within the host.
+Traffic hierarchical_traffic(int64_t count, size_t elem_bytes, const std::vector<int>& host_of,
+                             int rank);
 
 // A binomial-tree broadcast of `bytes` from `root` (MPICH's choice for small and medium
 // messages): every other rank receives the bytes once and sends them to each of its children.

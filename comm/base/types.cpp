@@ -9,7 +9,8 @@ namespace {
 constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
 constexpr Algorithm kAlgorithms[] = {Algorithm::automatic, Algorithm::native,
                                      Algorithm::naive,     Algorithm::tree,
-                                     Algorithm::recursive_doubling, Algorithm::ring};
+                                     Algorithm::recursive_doubling, Algorithm::ring,
+                                     Algorithm::hierarchical};
 
 template <class T, size_t N, class NameFn>
 T from_name(const std::string& name, const T (&all)[N], NameFn name_of, const char* what) {
@@ -43,6 +44,7 @@ const char* algorithm_name(Algorithm algo) {
     case Algorithm::tree: return "tree";
     case Algorithm::recursive_doubling: return "recursive_doubling";
     case Algorithm::ring: return "ring";
+    case Algorithm::hierarchical: return "hierarchical";
   }
   return "?";
 }

@@ -11,8 +11,9 @@ namespace ringflow::comm {
 enum class ReduceOp : uint8_t { sum, avg, max, min };
 
 // Which allreduce implementation runs. native = the backend's own (MPI_Allreduce,
-// ncclAllReduce); automatic picks by message size and world size.
-enum class Algorithm : uint8_t { automatic, native, naive, tree, recursive_doubling, ring };
+// ncclAllReduce); automatic picks by message size, world size and how the ranks share hosts;
+// hierarchical: within each host to its leader, a ring among the leaders, back.
+enum class Algorithm : uint8_t { automatic, native, naive, tree, recursive_doubling, ring, hierarchical };
 
 const char* reduce_op_name(ReduceOp op);    // "sum", ...
 const char* algorithm_name(Algorithm algo);  // "ring", ...

@@ -1,5 +1,7 @@
 #include "ringflow/comm/bootstrap/bootstrap.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <climits>
@@ -34,6 +36,17 @@ NodeRanks node_ranks(const std::vector<std::string>& identities, int rank) {
     ++r.local_size;
   }
   return r;
+}
+
+std::vector<int> host_indices(const std::vector<std::string>& identities) {
+  std::vector<int> host(identities.size());
+  std::vector<std::string> seen;
+  for (size_t r = 0; r < identities.size(); ++r) {
+    const auto it = std::find(seen.begin(), seen.end(), identities[r]);
+    host[r] = static_cast<int>(it - seen.begin());
+    if (it == seen.end()) seen.push_back(identities[r]);
+  }
+  return host;
 }
 
 }  // namespace ringflow::comm

@@ -35,5 +35,8 @@ struct NodeRanks {
   int local_size = 1;
 };
 NodeRanks node_ranks(const std::vector<std::string>& identities, int rank);
+// Each rank's host as a small number (hosts numbered by their first rank), from every
+// rank's node_identity().
+std::vector<int> host_indices(const std::vector<std::string>& identities);
 
 }  // namespace ringflow::comm

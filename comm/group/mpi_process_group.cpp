@@ -223,6 +223,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
     RF_CHECK_MPI(MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN));
   }
   MpiBootstrap bootstrap(algo_comm_);
+  set_hosts(host_indices(bootstrap.allgather(node_identity())));
   if (options_.shared_memory) shm_ = ShmTransport::create(bootstrap);
   // Collective: every rank asks, since each ShmTransport::create answers the same.
   if (!shm_ && options_.sockets) {
@@ -429,10 +430,10 @@ std::shared_ptr<Work> MpiProcessGroup::do_reduce(const Tensor& t, const Collecti
 
 // MPI's own allreduce reduces 16-bit floats widened to f32 (wire_bytes).
 Traffic MpiProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const {
-  algo = resolve_allreduce(static_cast<size_t>(count) * dtype_size(dtype), algo);
-  const bool native = algo == Algorithm::native;
-  return allreduce_traffic(algo, count, static_cast<size_t>(wire_bytes(dtype, native)), size(),
-                           rank());
+  if (resolve_allreduce(static_cast<size_t>(count) * dtype_size(dtype), algo) != Algorithm::native)
+    return QueuedProcessGroup::allreduce_traffic_model(count, dtype, algo);
+  return allreduce_traffic(Algorithm::native, count, static_cast<size_t>(wire_bytes(dtype, true)),
+                           size(), rank());
 }
 
 std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const CollectiveOptions& o) {
@@ -478,7 +479,7 @@ void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const 
                               : tcp_ ? static_cast<Transport&>(*tcp_)
                                      : mpi_transport);
   try {
-    run_allreduce(transport, b, algo, o.op, o.root);
+    run_allreduce(transport, b, algo, o.op, o.root, &host_of());
   } catch (const std::exception& e) {
     const std::string reason = cat(op.work->description(), " failed on rank ", rank(),
                                    " (timeout ", op.timeout.count(), " ms): ", e.what());

@@ -12,7 +12,45 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 QueuedProcessGroup::QueuedProcessGroup(int rank, int size, bool checking)
-    : rank_(rank), size_(size), checking_(checking) {}
+    : host_of_(static_cast<size_t>(size), 0), rank_(rank), size_(size), checking_(checking) {}
+
+void QueuedProcessGroup::set_hosts(std::vector<int> host_of) {
+  RF_CHECK(static_cast<int>(host_of.size()) == size_, "set_hosts: ", host_of.size(),
+           " hosts for ", size_, " ranks");
+  host_of_ = std::move(host_of);
+}
+
+namespace {
+
+// Several hosts, and ranks that share one: where the hierarchical allreduce keeps the
+// traffic of a host's ranks off the links.
+bool shared_and_spread(const std::vector<int>& host_of) {
+  std::vector<int> per_host(host_of.size(), 0);
+  int hosts = 0;
+  bool shared = false;
+  for (int h : host_of) {
+    hosts += per_host[static_cast<size_t>(h)]++ == 0;
+    shared = shared || per_host[static_cast<size_t>(h)] > 1;
+  }
+  return shared && hosts > 1;
+}
+
+}  // namespace
+
+Algorithm QueuedProcessGroup::resolve_allreduce(size_t bytes, Algorithm algo) const {
+  const Algorithm flat = ProcessGroup::resolve_allreduce(bytes, algo);
+  // Large messages only: below the ring's threshold latency, not bandwidth, decides.
+  if (algo == Algorithm::automatic && flat == Algorithm::ring && shared_and_spread(host_of_))
+    return Algorithm::hierarchical;
+  return flat;
+}
+
+Traffic QueuedProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const {
+  const size_t elem = dtype_size(dtype);
+  if (resolve_allreduce(static_cast<size_t>(count) * elem, algo) == Algorithm::hierarchical)
+    return hierarchical_traffic(count, elem, host_of_, rank());
+  return ProcessGroup::allreduce_traffic_model(count, dtype, algo);
+}
 
 QueuedProcessGroup::~QueuedProcessGroup() { stop(); }
 

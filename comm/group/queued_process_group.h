@@ -30,6 +30,9 @@ class QueuedProcessGroup : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool checking() const { return checking_; }
+  // Each rank's host, numbered by its first rank (the hierarchical allreduce's layout).
+  const std::vector<int>& host_of() const { return host_of_; }
+  Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // Empty while usable; the reason once a collective timed out or failed part-way.
   std::string broken_reason() const;
 
@@ -62,6 +65,12 @@ class QueuedProcessGroup : public ProcessGroup {
   };
 
   QueuedProcessGroup(int rank, int size, bool checking);
+  // Each rank's host (comm/bootstrap/bootstrap.h, host_indices), which the hierarchical
+  // allreduce needs; the derived constructor sets it (all ranks on one host until then).
+  void set_hosts(std::vector<int> host_of);
+  // automatic: hierarchical for large messages when ranks share hosts and there are several
+  // hosts; otherwise as ProcessGroup resolves it.
+  Algorithm resolve_allreduce(size_t bytes, Algorithm algo) const override;
   // The derived constructor calls start() last, and its destructor stop() first: the
   // thread runs the derived class's bodies.
   void start();
@@ -88,6 +97,7 @@ class QueuedProcessGroup : public ProcessGroup {
                              const CollectiveOptions& o);
 
  private:
+  std::vector<int> host_of_;
   std::shared_ptr<Work> enqueue(std::shared_ptr<Op> op,
                                 const std::function<std::string(int64_t seq)>& describe_op);
   void run_loop();

@@ -25,6 +25,7 @@ struct P2pHeader {  // what precedes a send's data, so that the receiver can che
 TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
                                              TransportProcessGroupOptions options)
     : QueuedProcessGroup(bootstrap.rank(), bootstrap.size(), options.checking) {
+  set_hosts(host_indices(bootstrap.allgather(node_identity())));
   std::string why_not_shm = "not asked for (shared_memory = false)", why_not_tcp;
   if (options.shared_memory) shm_ = ShmTransport::create(bootstrap, {}, &why_not_shm);
   // Collective: every rank asks, since each ShmTransport::create answers the same.
@@ -113,7 +114,7 @@ std::shared_ptr<Work> TransportProcessGroup::do_reduce(const Tensor& t, const Co
 
 // Native means the backend's own: ours are all there is.
 Algorithm TransportProcessGroup::resolve_allreduce(size_t bytes, Algorithm algo) const {
-  return ProcessGroup::resolve_allreduce(
+  return QueuedProcessGroup::resolve_allreduce(
       bytes, algo == Algorithm::native ? Algorithm::automatic : algo);
 }
 
@@ -122,8 +123,8 @@ std::shared_ptr<Work> TransportProcessGroup::do_allreduce(const Tensor& t, const
   const Algorithm algo =
       resolve_allreduce(static_cast<size_t>(t.numel()) * dtype_size(t.dtype()), o.algorithm);
   fp.algorithm = static_cast<int32_t>(algo);
-  return enqueue_on_transport(fp, o, {{t, /*in=*/true, /*out=*/true}}, [o, algo](Op& op, Transport& tr) {
-    run_allreduce(tr, op.host(0), algo, o.op, o.root);
+  return enqueue_on_transport(fp, o, {{t, /*in=*/true, /*out=*/true}}, [this, o, algo](Op& op, Transport& tr) {
+    run_allreduce(tr, op.host(0), algo, o.op, o.root, &host_of());
   });
 }
 
