@@ -154,8 +154,7 @@ void GradientSync::average_each_gradient() {
     if (by_collectives) {
       q.event.collective = "reduce+broadcast";
       q.works = {pg_->reduce(g, o), pg_->broadcast(g, o)};
-      q.event.model = comm::reduce_traffic(q.event.bytes, pg_->size(), pg_->rank(), o.root);
-      q.event.model += comm::broadcast_traffic(q.event.bytes, pg_->size(), pg_->rank(), o.root);
+      q.event.model = comm::reduce_broadcast_traffic(q.event.bytes, pg_->size(), pg_->rank(), o.root);
     } else {
       q.works = {pg_->allreduce(g, o)};
       q.event.model = pg_->allreduce_traffic_model(g.numel(), g.dtype(), o.algorithm);

@@ -13,6 +13,16 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+double min_over_ranks(double value, comm::ProcessGroup* pg, comm::Timeout timeout) {
+  if (!pg || pg->size() == 1) return value;
+  Tensor t = from_vector({value}, {1}, DType::f64);
+  comm::CollectiveOptions o;
+  o.timeout = timeout;
+  o.op = comm::ReduceOp::min;
+  pg->allreduce(t, o)->wait();
+  return t.item();
+}
+
 // The epoch's figures and the logged iterations' over every rank, in the two allreduces
 // (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
 // collective of their own, which is why under mpiexec they reach the metrics file at the
@@ -20,15 +30,8 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
   // Ranks that train at their own pace (fedavg over unequal shares) log different numbers
   // of iterations: the first ones that every rank has go into the vector.
-  size_t logged = s.logged.size();
-  if (pg && pg->size() > 1) {
-    Tensor n = from_vector({static_cast<double>(logged)}, {1}, DType::f64);
-    comm::CollectiveOptions o;
-    o.timeout = timeout;
-    o.op = comm::ReduceOp::min;
-    pg->allreduce(n, o)->wait();
-    logged = static_cast<size_t>(n.item());
-  }
+  const auto logged = static_cast<size_t>(
+      min_over_ranks(static_cast<double>(s.logged.size()), pg, timeout));
   const std::span<const IterationRecord> records(s.logged.data(), logged);
   std::vector<double> v;
   v.reserve(Figures::kValues + EpochTraffic::kValues + 4 +

@@ -138,6 +138,10 @@ struct AcrossRanks {
   std::vector<Iteration> logged;
 };
 
+// The smallest of every rank's `value` (one one-element allreduce; collective). Without a
+// group of several ranks, value itself.
+double min_over_ranks(double value, comm::ProcessGroup* pg, comm::Timeout timeout);
+
 // The epoch's figures and the logged iterations' over every rank (those that every rank
 // logged), in the two allreduces (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
 // collective of their own, which is why under mpiexec they reach the metrics file at the

@@ -288,14 +288,8 @@ void Trainer::make_data_and_model() {
 void Trainer::set_steps() {
   steps_ = train_loader_->num_batches() / f_.grad_accum;
   const bool own_pace = mode_ == SyncMode::fedavg && f_.local_steps == 0;
-  if (pg_ && f_.partition != "iid" && !own_pace) {
-    Tensor n = from_vector({static_cast<double>(steps_)}, {1}, DType::f64);
-    comm::CollectiveOptions o;
-    o.op = comm::ReduceOp::min;
-    o.timeout = comm_timeout_;
-    pg_->allreduce(n, o)->wait();
-    steps_ = static_cast<int64_t>(n.item());
-  }
+  if (f_.partition != "iid" && !own_pace)
+    steps_ = static_cast<int64_t>(min_over_ranks(static_cast<double>(steps_), pg_, comm_timeout_));
   if (f_.max_iters > 0) steps_ = std::min(f_.max_iters, steps_);
 }
 

@@ -105,4 +105,10 @@ Traffic reduce_traffic(int64_t bytes, int world, int rank, int root) {
   return {down.received, down.sent, false};
 }
 
+Traffic reduce_broadcast_traffic(int64_t bytes, int world, int rank, int root) {
+  Traffic t = reduce_traffic(bytes, world, rank, root);
+  t += broadcast_traffic(bytes, world, rank, root);
+  return t;
+}
+
 }  // namespace ringflow::comm

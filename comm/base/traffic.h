@@ -53,5 +53,8 @@ Traffic hierarchical_traffic(int64_t count, size_t elem_bytes, const std::vector
 Traffic broadcast_traffic(int64_t bytes, int world, int rank, int root);
 // A binomial-tree reduce of `bytes` to `root`: the broadcast's tree traversed upwards.
 Traffic reduce_traffic(int64_t bytes, int world, int rank, int root);
+// A reduce to `root`, then a broadcast back: an allreduce made of a group's own collectives
+// (over NCCL, where none of ours runs).
+Traffic reduce_broadcast_traffic(int64_t bytes, int world, int rank, int root);
 
 }  // namespace ringflow::comm

@@ -88,8 +88,7 @@ CommEvent average_model(nn::Module& model, ProcessGroup& pg, double samples,
   } else {  // NCCL runs none of ours: its reduce to rank 0 and broadcast back
     e.collective = "reduce+broadcast";
     works = {pg.reduce(flat, o), pg.broadcast(flat, o)};
-    e.model += reduce_traffic(e.bytes, pg.size(), pg.rank(), 0);
-    e.model += broadcast_traffic(e.bytes, pg.size(), pg.rank(), 0);
+    e.model += reduce_broadcast_traffic(e.bytes, pg.size(), pg.rank(), 0);
   }
   for (const auto& w : works) {
     w->wait();
