@@ -43,6 +43,7 @@
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
+#include "ringflow/comm/transport/open_transport.h"
 #include "ringflow/comm/group/nccl_process_group.h"
 #include "ringflow/comm/transport/shm_transport.h"
 #include "ringflow/comm/transport/tcp_transport.h"
@@ -271,8 +272,9 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
   app.add_option("--transport", o.transport,
                  "what our algorithms talk through: auto (shm where every rank is on this "
-                 "node, else tcp, else mpi), mpi, shm, tcp")
-      ->check(CLI::IsMember({"auto", "mpi", "shm", "tcp"}));
+                 "node, hybrid where hosts have several ranks, else tcp, else mpi), mpi, shm, "
+                 "hybrid (shm within hosts, tcp across), tcp")
+      ->check(CLI::IsMember({"auto", "mpi", "shm", "hybrid", "tcp"}));
   app.add_option("--socket-interface", o.socket_interface,
                  "tcp transport: the network interface (default: the first up, not loopback)");
   app.add_option("--shm-slot-bytes", o.shm.slot_bytes, "shm transport: bytes per slot");
@@ -337,28 +339,27 @@ int main(int argc, char** argv) {
     MpiTransport mpi_transport(comm);
     MpiBootstrap bootstrap(comm);
     const std::vector<int> host_of = host_indices(bootstrap.allgather(node_identity()));
-    std::unique_ptr<ShmTransport> shm_transport;
-    std::unique_ptr<TcpTransport> tcp_transport;
-    std::string transport_name = "mpi", why_not_shm = "not asked for", why_not_tcp = "not asked for";
-    if (o.transport == "auto" || o.transport == "shm") {
-      shm_transport = ShmTransport::create(bootstrap, o.shm, &why_not_shm);
-      if (!shm_transport && o.transport == "shm") throw std::runtime_error("--transport shm: " + why_not_shm);
+    std::string transport_name = "mpi";
+    OpenedTransport opened;
+    if (o.transport != "mpi") {
+      opened = open_transport(bootstrap, {.kind = parse_transport_kind(o.transport),
+                                          .shm = o.shm,
+                                          .tcp = {.interface = o.socket_interface}});
+      if (!opened.transport && o.transport != "auto") {
+        throw std::runtime_error("--transport " + o.transport + ": " + opened.why_not);
+      }
     }
-    if (!shm_transport && (o.transport == "auto" || o.transport == "tcp")) {
-      tcp_transport = TcpTransport::create(bootstrap, {.interface = o.socket_interface}, &why_not_tcp);
-      if (!tcp_transport && o.transport == "tcp") throw std::runtime_error("--transport tcp: " + why_not_tcp);
+    if (opened.transport) {
+      transport_name = transport_kind_name(opened.kind);
+      if (const auto* shm = dynamic_cast<const ShmTransport*>(opened.transport.get())) {
+        transport_name += fmt::format(" ({} slots of {} B per channel)", shm->slots(), shm->slot_bytes());
+      } else if (const auto* tcp = dynamic_cast<const TcpTransport*>(opened.transport.get())) {
+        transport_name += fmt::format(" (rank 0 at {})", tcp->address());
+      }
+    } else if (!opened.why_not.empty()) {
+      transport_name += fmt::format(" ({})", opened.why_not);
     }
-    if (shm_transport) {
-      transport_name = fmt::format("shm ({} slots of {} B per channel)", shm_transport->slots(),
-                                   shm_transport->slot_bytes());
-    } else if (tcp_transport) {
-      transport_name = fmt::format("tcp (rank 0 at {}; shm: {})", tcp_transport->address(), why_not_shm);
-    } else {
-      transport_name += fmt::format(" (shm: {}; tcp: {})", why_not_shm, why_not_tcp);
-    }
-    Transport& transport = shm_transport   ? static_cast<Transport&>(*shm_transport)
-                           : tcp_transport ? static_cast<Transport&>(*tcp_transport)
-                                           : mpi_transport;
+    Transport& transport = opened.transport ? *opened.transport : static_cast<Transport&>(mpi_transport);
     std::vector<unsigned char> data(max_bytes + 64), spare(rank == 0 ? max_bytes + 64 : 0);
 
     if (rank == 0) {

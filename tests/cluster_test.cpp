@@ -43,16 +43,25 @@ CollectiveOptions opts(Algorithm algo) {
   return o;
 }
 
-// Our algorithms over the group's own TCP connections (its choice across nodes), or over
-// MPI point to point.
+// Our algorithms over the group's own TCP connections, over those across hosts and shared
+// memory within (the group's choice where hosts hold several ranks), or over MPI point to
+// point.
 MpiProcessGroupOptions checking(const std::string& transport) {
   MpiProcessGroupOptions o;
   o.checking = true;
-  o.sockets = transport == "tcp";
+  o.shared_memory = transport == "shm+tcp";
+  o.sockets = transport == "tcp" || transport == "shm+tcp";
   return o;
 }
 
-constexpr const char* kTransports[] = {"tcp", "mpi"};
+// What the group picks by itself across these hosts.
+std::string automatic_transport() { return ranks_per_host() > 1 ? "shm+tcp" : "tcp"; }
+
+std::vector<std::string> transports() {
+  std::vector<std::string> all = {"tcp", "mpi"};
+  if (ranks_per_host() > 1) all.push_back("shm+tcp");
+  return all;
+}
 
 double k_of(int64_t i) { return static_cast<double>(1 + i % 7); }
 
@@ -91,7 +100,7 @@ TEST_CASE("every host runs its K ranks and talks TCP") {
 }
 
 TEST_CASE("allreduce over the links: every algorithm and transport, closed form, 4 B to 4 MB") {
-  for (const std::string transport : kTransports) {
+  for (const std::string& transport : transports()) {
     CAPTURE(transport);
     MpiProcessGroup pg(MPI_COMM_WORLD, checking(transport));
     REQUIRE(pg.transport_name() == transport);
@@ -129,7 +138,7 @@ TEST_CASE("allreduce over the links: every algorithm and transport, closed form,
 }
 
 TEST_CASE("allreduce over the links: every algorithm and transport agrees with MPI_Allreduce, 8 MB") {
-  for (const std::string transport : kTransports) {
+  for (const std::string& transport : transports()) {
     CAPTURE(transport);
     MpiProcessGroup pg(MPI_COMM_WORLD, checking(transport));
     REQUIRE(pg.transport_name() == transport);
@@ -157,7 +166,10 @@ TEST_CASE("allreduce over the links: every algorithm and transport agrees with M
 // The group's view of the hosts, and what the hierarchical allreduce moves: each rank's
 // counted bytes equal the closed form, so only the leaders' ring crosses the links.
 TEST_CASE("hierarchical over the links: the hosts as MPI sees them, bytes as the closed form") {
-  MpiProcessGroup pg(MPI_COMM_WORLD, checking("tcp"));
+  MpiProcessGroupOptions o;
+  o.checking = true;
+  MpiProcessGroup pg(MPI_COMM_WORLD, o);
+  REQUIRE(pg.transport_name() == automatic_transport());
   const int n = pg.size(), r = pg.rank(), k = ranks_per_host();
   std::vector<int> want_hosts;
   for (int q = 0; q < n; ++q) want_hosts.push_back(q / k);  // Hydra fills host by host

@@ -12,19 +12,19 @@ namespace ringflow::comm {
 namespace {
 
 void check_transport(const std::string& asked, const std::string& got, const std::string& why) {
-  if (asked == "auto" || asked == got) return;
+  if (asked == "auto" || asked == got || (asked == "hybrid" && got == "shm+tcp")) return;
   throw std::runtime_error(cat("--transport ", asked, ": could not be made here (the group fell back to ",
                                got, ")", why.empty() ? "" : ": " + why));
 }
 
 LaunchedGroup over_mpi(const LaunchOptions& o) {
-  RF_CHECK(o.transport == "auto" || o.transport == "shm" || o.transport == "tcp" ||
-               o.transport == "mpi",
-           "--transport '", o.transport, "': expected auto, shm, tcp or mpi");
+  RF_CHECK(o.transport == "auto" || o.transport == "shm" || o.transport == "hybrid" ||
+               o.transport == "tcp" || o.transport == "mpi",
+           "--transport '", o.transport, "': expected auto, shm, hybrid, tcp or mpi");
   MpiProcessGroupOptions mo;
   mo.checking = o.checking;
-  mo.shared_memory = o.transport == "auto" || o.transport == "shm";
-  mo.sockets = o.transport == "auto" || o.transport == "tcp";
+  mo.shared_memory = o.transport == "auto" || o.transport == "shm" || o.transport == "hybrid";
+  mo.sockets = o.transport == "auto" || o.transport == "tcp" || o.transport == "hybrid";
   mo.socket_interface = o.socket_interface;
   auto group = std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD, mo);
   check_transport(o.transport, group->transport_name(), group->why_not_tcp());
@@ -39,10 +39,11 @@ LaunchedGroup over_mpi(const LaunchOptions& o) {
 }
 
 LaunchedGroup over_env(const LaunchOptions& o) {
-  RF_CHECK(o.transport == "auto" || o.transport == "shm" || o.transport == "tcp",
+  RF_CHECK(o.transport == "auto" || o.transport == "shm" || o.transport == "hybrid" ||
+               o.transport == "tcp",
            "--transport '", o.transport, "': ",
            o.transport == "mpi" ? "MPI point to point needs --launcher mpi (mpiexec)"
-                                : "expected auto, shm or tcp");
+                                : "expected auto, shm, hybrid or tcp");
   const EnvLaunch env = *env_launch();
   TcpBootstrap bootstrap(bootstrap_options(env, o.timeout));
   auto group = std::make_shared<TransportProcessGroup>(

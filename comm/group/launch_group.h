@@ -15,8 +15,9 @@ namespace ringflow::comm {
 
 struct LaunchOptions {
   Launcher launcher = Launcher::automatic;
-  // What our algorithms talk through: "auto" (shared memory on one node, else TCP, else
-  // MPI point to point under MPI), "shm", "tcp", or "mpi" (MPI launches only).
+  // What our algorithms talk through: "auto" (comm/transport/open_transport.h's choice,
+  // else MPI point to point under MPI), "shm", "hybrid" (shared memory within hosts, TCP
+  // across), "tcp", or "mpi" (MPI launches only).
   std::string transport = "auto";
   std::string socket_interface;  // as TcpTransportOptions::interface
   bool checking = false;         // fingerprints before each collective
@@ -26,7 +27,7 @@ struct LaunchOptions {
 struct LaunchedGroup {
   std::shared_ptr<QueuedProcessGroup> group;
   Launcher launcher = Launcher::mpi;  // resolved
-  std::string transport;              // "shm", "tcp" or "mpi"
+  std::string transport;              // "shm", "shm+tcp", "tcp" or "mpi"
   NodeRanks node;                     // this rank among the ranks of its node
   std::string how;                    // "mpiexec (PMI)", "torchrun variables (...)", ...
 };

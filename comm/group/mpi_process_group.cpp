@@ -59,8 +59,7 @@
 #include "ringflow/comm/base/mpi_error.h"
 #include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
-#include "ringflow/comm/transport/shm_transport.h"
-#include "ringflow/comm/transport/tcp_transport.h"
+#include "ringflow/comm/transport/open_transport.h"
 #include "ringflow/framework/error.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/kernels/cuda_devices.h"
@@ -224,13 +223,17 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   }
   MpiBootstrap bootstrap(algo_comm_);
   set_hosts(host_indices(bootstrap.allgather(node_identity())));
-  if (options_.shared_memory) shm_ = ShmTransport::create(bootstrap);
-  // Collective: every rank asks, since each ShmTransport::create answers the same.
-  if (!shm_ && options_.sockets) {
-    tcp_ = TcpTransport::create(bootstrap, {.interface = options_.socket_interface}, &why_not_tcp_);
+  if (options_.shared_memory || options_.sockets) {
+    OpenedTransport opened = open_transport(
+        bootstrap, {.kind = !options_.sockets        ? TransportKind::shm
+                            : !options_.shared_memory ? TransportKind::tcp
+                                                      : TransportKind::automatic,
+                    .tcp = {.interface = options_.socket_interface}});
+    transport_ = std::move(opened.transport);
+    transport_name_ = transport_ ? transport_kind_name(opened.kind) : "mpi";
+    if (transport_) transport_->set_waiters(waiters());
+    if (options_.sockets) why_not_tcp_ = opened.why_not;
   }
-  if (shm_) shm_->set_waiters(waiters());
-  if (tcp_) tcp_->set_waiters(waiters());
   peers_ = std::make_unique<PeerWatch>(bootstrap);
   start();
 }
@@ -251,9 +254,7 @@ void MpiProcessGroup::check_device(const char*, const char*, Device) const {
   // The CPU, or any CUDA device: staged through host memory (CudaStaging).
 }
 
-std::string MpiProcessGroup::transport_name() const {
-  return shm_ ? "shm" : tcp_ ? "tcp" : "mpi";
-}
+std::string MpiProcessGroup::transport_name() const { return transport_name_; }
 
 void MpiProcessGroup::abandon(const std::vector<MPI_Request>& requests,
                               const std::vector<int>& which) {
@@ -473,11 +474,8 @@ void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const 
   op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
   MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
   mpi_transport.set_waiters(waiters());
-  if (shm_) shm_->set_deadline(op.deadline);
-  if (tcp_) tcp_->set_deadline(op.deadline);
-  CountingTransport transport(shm_   ? static_cast<Transport&>(*shm_)
-                              : tcp_ ? static_cast<Transport&>(*tcp_)
-                                     : mpi_transport);
+  if (transport_) transport_->set_deadline(op.deadline);
+  CountingTransport transport(transport_ ? *transport_ : static_cast<Transport&>(mpi_transport));
   try {
     run_allreduce(transport, b, algo, o.op, o.root, &host_of());
   } catch (const std::exception& e) {

@@ -45,8 +45,7 @@
 
 namespace ringflow::comm {
 
-class ShmTransport;
-class TcpTransport;
+class Transport;
 
 struct MpiProcessGroupOptions {
   // Before each collective, exchange a fingerprint (kind, reduce op, dtype, count, root,
@@ -54,11 +53,13 @@ struct MpiProcessGroupOptions {
   // rank with both fingerprints in the message, and a rank that does not arrive within the
   // timeout is named. Costs one small all-to-all message round per collective.
   bool checking = false;
-  // Our allreduce algorithms (naive, tree, recursive doubling, ring) talk through shared
-  // memory (comm/transport/shm_transport.h) when every rank of the group is on this node (why: Note
-  // [shared-memory transport] in comm/transport/shm_transport.cpp); false: not through shared memory.
+  // Our allreduce algorithms (naive, tree, recursive doubling, ring, hierarchical) talk
+  // through shared memory (comm/transport/shm_transport.h) between the ranks of one node
+  // (why: Note [shared-memory transport] in comm/transport/shm_transport.cpp); false: not
+  // through shared memory.
   bool shared_memory = true;
-  // Otherwise (across nodes, or on one node without shared memory) through TCP
+  // Across nodes (with shared_memory, shared memory within each node: HybridTransport), or
+  // on one node without shared memory, through TCP
   // connections of their own (comm/transport/tcp_transport.h; why: Note [TCP transport] in
   // comm/transport/tcp_transport.cpp), made at construction on socket_interface ("": the first that
   // is up and not loopback, as NCCL picks), or through MPI point to point where those
@@ -85,7 +86,7 @@ class MpiProcessGroup final : public QueuedProcessGroup {
 
   std::string backend_name() const override { return "mpi"; }
   Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
-  // What our allreduce algorithms talk through: "shm", "tcp" or "mpi".
+  // What our allreduce algorithms talk through: "shm", "shm+tcp", "tcp" or "mpi".
   std::string transport_name() const;
   // Why the TCP connections were not made, when options.sockets asked for them and shared
   // memory was not used; empty otherwise.
@@ -128,8 +129,8 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   MPI_Comm comm_ = MPI_COMM_NULL;        // MPI's collectives, send/recv
   MPI_Comm algo_comm_ = MPI_COMM_NULL;   // our allreduce algorithms
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
-  std::unique_ptr<ShmTransport> shm_;    // our algorithms on one node; comm thread only
-  std::unique_ptr<TcpTransport> tcp_;    // our algorithms across nodes; comm thread only
+  std::unique_ptr<Transport> transport_;  // our algorithms' (null: MPI's); comm thread only
+  std::string transport_name_ = "mpi";
   std::string why_not_tcp_;
   std::unique_ptr<PeerWatch> peers_;    // this node's other ranks: MPI never says they died
   std::vector<MPI_Request> abandoned_;   // requests of timed-out collectives; comm thread only

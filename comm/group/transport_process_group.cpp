@@ -26,22 +26,17 @@ TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
                                              TransportProcessGroupOptions options)
     : QueuedProcessGroup(bootstrap.rank(), bootstrap.size(), options.checking) {
   set_hosts(host_indices(bootstrap.allgather(node_identity())));
-  std::string why_not_shm = "not asked for (shared_memory = false)", why_not_tcp;
-  if (options.shared_memory) shm_ = ShmTransport::create(bootstrap, {}, &why_not_shm);
-  // Collective: every rank asks, since each ShmTransport::create answers the same.
-  if (!shm_) {
-    tcp_ = TcpTransport::create(bootstrap, {.interface = options.socket_interface,
-                                            .setup_timeout = options.setup_timeout},
-                                &why_not_tcp);
+  OpenedTransport opened = open_transport(
+      bootstrap, {.kind = options.shared_memory ? TransportKind::automatic : TransportKind::tcp,
+                  .tcp = {.interface = options.socket_interface,
+                          .setup_timeout = options.setup_timeout}});
+  if (!opened.transport) {
+    throw std::runtime_error(
+        cat("TransportProcessGroup on rank ", rank(), ": no transport: ", opened.why_not));
   }
-  if (!shm_ && !tcp_) {
-    throw std::runtime_error(cat("TransportProcessGroup on rank ", rank(),
-                                 ": no transport: shared memory: ", why_not_shm, "; TCP: ",
-                                 why_not_tcp));
-  }
-  transport_name_ = shm_ ? "shm" : "tcp";
-  if (shm_) shm_->set_waiters(waiters());
-  if (tcp_) tcp_->set_waiters(waiters());
+  transport_ = std::move(opened.transport);
+  transport_name_ = transport_kind_name(opened.kind);
+  transport_->set_waiters(waiters());
   start();
 }
 
@@ -52,12 +47,8 @@ void TransportProcessGroup::check_device(const char*, const char*, Device) const
 }
 
 Transport& TransportProcessGroup::transport_for(const Op& op) {
-  if (shm_) {
-    shm_->set_deadline(op.deadline);
-    return *shm_;
-  }
-  tcp_->set_deadline(op.deadline);
-  return *tcp_;
+  transport_->set_deadline(op.deadline);
+  return *transport_;
 }
 
 std::shared_ptr<Work> TransportProcessGroup::enqueue_on_transport(Fingerprint fp,

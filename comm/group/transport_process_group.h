@@ -1,6 +1,7 @@
 // TransportProcessGroup: the ProcessGroup contract (comm/group/process_group.h) with every
 // collective run by our own algorithms over our own transports: shared memory when every
-// rank is on one node, else TCP connections. Set up through any Bootstrap, so ranks that a
+// rank is on one node, shared memory within hosts and TCP across them when hosts have
+// several ranks, TCP when each is alone (comm/transport/open_transport.h). Set up through any Bootstrap, so ranks that a
 // launcher started with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (TcpBootstrap) need
 // no MPI at all. Queued, checked and broken as QueuedProcessGroup says; a transport that
 // waits past the collective's deadline names the rank it waited for.
@@ -18,8 +19,7 @@
 
 #include "ringflow/comm/bootstrap/bootstrap.h"
 #include "ringflow/comm/group/queued_process_group.h"
-#include "ringflow/comm/transport/shm_transport.h"
-#include "ringflow/comm/transport/tcp_transport.h"
+#include "ringflow/comm/transport/open_transport.h"
 
 namespace ringflow::comm {
 
@@ -38,7 +38,7 @@ class TransportProcessGroup final : public QueuedProcessGroup {
   ~TransportProcessGroup() override;
 
   std::string backend_name() const override { return "ringflow"; }
-  std::string transport_name() const { return transport_name_; }  // "shm" or "tcp"
+  std::string transport_name() const { return transport_name_; }  // "shm", "shm+tcp" or "tcp"
 
  protected:
   std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
@@ -69,8 +69,7 @@ class TransportProcessGroup final : public QueuedProcessGroup {
   // The transport, its deadline set to the op's.
   Transport& transport_for(const Op& op);
 
-  std::unique_ptr<ShmTransport> shm_;  // one of the two; comm thread only, once made
-  std::unique_ptr<TcpTransport> tcp_;
+  std::unique_ptr<Transport> transport_;  // comm thread only, once made
   std::string transport_name_;
 };
 

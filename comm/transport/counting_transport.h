@@ -14,6 +14,8 @@ class CountingTransport final : public Transport {
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  void set_deadline(Deadline deadline) override { inner_.set_deadline(deadline); }
+  void set_waiters(const Waiters* waiters) override { inner_.set_waiters(waiters); }
   void send(const void* data, size_t bytes, int peer) override {
     inner_.send(data, bytes, peer);
     count(bytes, 0);

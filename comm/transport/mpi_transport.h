@@ -23,14 +23,13 @@ class MpiTransport final : public Transport {
  public:
   static constexpr int kDefaultTag = 4242;
 
-  using Deadline = std::chrono::steady_clock::time_point;
-
   explicit MpiTransport(MPI_Comm comm, int tag = kDefaultTag,
                         Deadline deadline = Deadline::max());
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
+  void set_deadline(Deadline deadline) override { deadline_ = deadline; }
 
   void send(const void* data, size_t bytes, int peer) override;
   void recv(void* data, size_t bytes, int peer) override;

@@ -42,8 +42,6 @@ struct ShmTransportOptions {
 
 class ShmTransport final : public Transport {
  public:
-  using Deadline = std::chrono::steady_clock::time_point;
-
   // Collective over the bootstrap's ranks. nullptr (and *why_not, when given) where the ranks are not all
   // on this node or shared memory cannot be had. A segment holds size() channels; for
   // large groups slot_bytes shrinks so that a segment stays within 64 MiB.
@@ -57,8 +55,7 @@ class ShmTransport final : public Transport {
   int size() const override { return size_; }
   size_t slot_bytes() const { return slot_bytes_; }
   int slots() const { return slots_; }
-  // Deadline::max() (the default): wait for ever, as blocking MPI calls do.
-  void set_deadline(Deadline deadline) { deadline_ = deadline; }
+  void set_deadline(Deadline deadline) override { deadline_ = deadline; }
 
   void send(const void* data, size_t bytes, int peer) override;
   void recv(void* data, size_t bytes, int peer) override;

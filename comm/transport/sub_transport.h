@@ -26,6 +26,8 @@ class SubTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
+  void set_deadline(Deadline deadline) override { inner_.set_deadline(deadline); }
+  void set_waiters(const Waiters* waiters) override { inner_.set_waiters(waiters); }
   void send(const void* data, size_t bytes, int peer) override {
     inner_.send(data, bytes, at(peer));
   }

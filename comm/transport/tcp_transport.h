@@ -40,8 +40,6 @@ struct TcpTransportOptions {
 
 class TcpTransport final : public Transport {
  public:
-  using Deadline = std::chrono::steady_clock::time_point;
-
   // Collective over the bootstrap's ranks. nullptr on every rank when any rank could not listen or connect,
   // with the first failing rank's reason in *why_not (when given) on every rank, naming the
   // rank and the address. Connecting waits at most options.setup_timeout.
@@ -56,8 +54,7 @@ class TcpTransport final : public Transport {
   int size() const override { return size_; }
   // "10.77.0.1:40123": where this rank listened.
   const std::string& address() const { return address_; }
-  // Deadline::max() (the default): wait for ever, as blocking MPI calls do.
-  void set_deadline(Deadline deadline) { deadline_ = deadline; }
+  void set_deadline(Deadline deadline) override { deadline_ = deadline; }
 
   void send(const void* data, size_t bytes, int peer) override;
   void recv(void* data, size_t bytes, int peer) override;

@@ -5,6 +5,7 @@
 // through shared memory), TcpTransport (ranks on any nodes, through sockets of its own).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,6 +17,8 @@ namespace ringflow::comm {
 
 class Transport {
  public:
+  using Deadline = std::chrono::steady_clock::time_point;
+
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -41,10 +44,13 @@ class Transport {
     sendrecv(send_data, send_bytes, to, recv_data, recv_bytes, from);
   }
 
+  // Calls that wait past the deadline throw naming the peer they waited for (the process
+  // group sets its collective's); Deadline::max() waits for ever, as blocking MPI calls do.
+  virtual void set_deadline(Deadline) {}
   // How the blocking calls wait (comm/base/backoff.h): for the waiters of the group whose
   // communication thread makes the calls; null (the default) when the calling thread is
   // itself the one waiting.
-  void set_waiters(const Waiters* waiters) { waiters_ = waiters; }
+  virtual void set_waiters(const Waiters* waiters) { waiters_ = waiters; }
 
  protected:
   const Waiters* waiters() const { return waiters_; }

@@ -1,0 +1,44 @@
+// SubBootstrap: a Bootstrap over some of another bootstrap's ranks (the ranks of one host),
+// so that a transport made collectively over a whole group can be made over a part of one.
+// Every exchange is still one of the inner bootstrap's, over all its ranks: the ranks of
+// every part must make the same exchanges at the same time (as each host's ranks do when
+// every host makes its own shared-memory transport at once).
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ringflow/comm/bootstrap/bootstrap.h"
+
+namespace ringflow::comm {
+
+class SubBootstrap final : public Bootstrap {
+ public:
+  // members: ranks of `inner`, the caller's among them. Borrows inner.
+  SubBootstrap(Bootstrap& inner, std::vector<int> members)
+      : inner_(inner), members_(std::move(members)) {
+    const auto it = std::find(members_.begin(), members_.end(), inner.rank());
+    if (it == members_.end())
+      throw std::invalid_argument("SubBootstrap: rank " + std::to_string(inner.rank()) +
+                                  " is not among the members");
+    rank_ = static_cast<int>(it - members_.begin());
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  std::vector<std::string> allgather(const std::string& mine) override {
+    std::vector<std::string> all = inner_.allgather(mine), ours;
+    ours.reserve(members_.size());
+    for (int r : members_) ours.push_back(std::move(all.at(static_cast<size_t>(r))));
+    return ours;
+  }
+
+ private:
+  Bootstrap& inner_;
+  std::vector<int> members_;
+  int rank_ = 0;
+};
+
+}  // namespace ringflow::comm
