@@ -49,6 +49,7 @@ GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGro
   if (options_.mode == SyncMode::ddp) {
     comm::DdpOptions o;
     o.bucket_cap_mb = options_.bucket_cap_mb;
+    o.tune_bucket_caps = options_.tune_bucket_caps;
     o.find_unused_parameters = options_.find_unused_parameters;
     o.algorithm = options_.algorithm;
     o.timeout = options_.timeout;

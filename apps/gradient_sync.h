@@ -35,6 +35,7 @@ struct SyncOptions {
   SyncMode mode = SyncMode::none;
   comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
   double bucket_cap_mb = 25;
+  bool tune_bucket_caps = false;  // ddp: the caps from measurements instead
   std::string comm_hook = "allreduce";  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h)
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
@@ -98,6 +99,8 @@ class GradientSync {
   StepComm take();
 
   const SyncOptions& options() const { return options_; }
+  // ddp with tune_bucket_caps: what was tried and chosen; null otherwise.
+  const comm::BucketTuning* bucket_tuning() const { return ddp_ ? ddp_->bucket_tuning() : nullptr; }
 
  private:
   void record_ddp_backward();

@@ -105,6 +105,41 @@ void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
   }
 }
 
+namespace {
+
+std::string caps_text(const comm::BucketCaps& c) {
+  return c.first_mb == c.cap_mb ? fmt::format("{:g} MiB", c.cap_mb)
+                                : fmt::format("{:g} MiB (first {:g})", c.cap_mb, c.first_mb);
+}
+
+nlohmann::json caps_json(const comm::BucketCaps& c) {
+  return {{"first_mb", c.first_mb}, {"cap_mb", c.cap_mb}};
+}
+
+}  // namespace
+
+std::string describe_bucket_tuning(const comm::BucketTuning& t) {
+  std::string tried;
+  for (size_t k = 0; k < t.tried.size(); ++k) {
+    tried += fmt::format("{}{}: {:.1f} ms", k ? ", " : "", caps_text(t.tried[k]), t.ms[k]);
+  }
+  return fmt::format("ddp: bucket caps measured (backward with its communication, median, "
+                     "slowest rank): {}; chose {}",
+                     tried, caps_text(t.tried.at(static_cast<size_t>(t.chosen))));
+}
+
+nlohmann::json bucket_tuning_json(const comm::BucketTuning& t) {
+  nlohmann::json tried = nlohmann::json::array();
+  for (size_t k = 0; k < t.tried.size(); ++k) {
+    nlohmann::json c = caps_json(t.tried[k]);
+    c["backward_ms"] = t.ms[k];
+    tried.push_back(c);
+  }
+  return {{"type", "bucket_tuning"},
+          {"tried", tried},
+          {"chosen", caps_json(t.tried.at(static_cast<size_t>(t.chosen)))}};
+}
+
 void put_epoch_traffic(nlohmann::json& j, const AcrossRanks& a) {
   const EpochTraffic& m = a.traffic_mean;
   j["epoch_bytes_sent"] = m.sent;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/ddp/bucket_tuner.h"
 #include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::apps {
@@ -154,6 +155,11 @@ void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max);
 // The epoch's bytes per rank, counted and by the closed form (epoch_bytes_sent, ...,
 // epoch_bytes_sent_closed_form, max_epoch_bytes_sent, rounds).
 void put_epoch_traffic(nlohmann::json& j, const AcrossRanks& a);
+
+// ddp's bucket tuner's trials and choice: one log line, and a metrics record
+// {"type": "bucket_tuning", "tried": [{first_mb, cap_mb, backward_ms}...], "chosen": {...}}.
+std::string describe_bucket_tuning(const comm::BucketTuning& t);
+nlohmann::json bucket_tuning_json(const comm::BucketTuning& t);
 
 // Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
 // largest rank's figure (each row its own slowest rank), then the epoch's bytes per rank

@@ -153,6 +153,7 @@ class Trainer {
   StepRecord step();
   EpochStats train_epoch(int64_t epoch);
   void log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r);
+  void report_bucket_tuning();
   void finish_epoch(int64_t epoch, const EpochStats& s);
 
   const Flags f_;
@@ -176,6 +177,7 @@ class Trainer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TraceWriter> trace_;
   bool tty_ = false;
+  bool tuning_reported_ = false;
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
@@ -199,7 +201,8 @@ Trainer::Trainer(const Flags& f)
   sync_ = std::make_unique<GradientSync>(
       model_, setup_.grad_pg,
       SyncOptions{.mode = mode_, .algorithm = algorithm_from_flag(f_.algo),
-                  .bucket_cap_mb = f_.bucket_cap_mb, .comm_hook = f_.comm_hook,
+                  .bucket_cap_mb = f_.bucket_cap_mb, .tune_bucket_caps = f_.tune_buckets,
+                  .comm_hook = f_.comm_hook,
                   .find_unused_parameters = f_.find_unused, .timeout = comm_timeout_,
                   .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
                   .topology = comm::average_topology_from_name(f_.fed_topology),
@@ -322,7 +325,10 @@ void Trainer::print_header() const {
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {
-    details = fmt::format(", buckets of {} MiB, hook {}", f_.bucket_cap_mb, f_.comm_hook);
+    details = fmt::format(", buckets of {}, hook {}",
+                          f_.tune_buckets ? "a measured cap (--bucket-cap-mb auto)"
+                                          : fmt::format("{} MiB", f_.bucket_cap_mb),
+                          f_.comm_hook);
   } else if (mode_ == SyncMode::fedavg) {
     details = fmt::format(", models averaged every {} through {} as {}",
                           f_.local_steps > 0 ? fmt::format("{} local steps", f_.local_steps)
@@ -428,6 +434,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
       s.sum += r.figures;
       ++s.timed_steps;
     }
+    report_bucket_tuning();
     if ((i + 1) % f_.log_every == 0 || i + 1 == steps_) {
       log_iteration(s, epoch, i + 1, r);
     } else if (tty_) {
@@ -443,6 +450,19 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     s.traffic.add(round.traffic, round.model, round.rounds);
   }
   return s;
+}
+
+// Once, when ddp's bucket tuner has chosen: what it tried and kept.
+void Trainer::report_bucket_tuning() {
+  const comm::BucketTuning* t = sync_->bucket_tuning();
+  if (tuning_reported_ || !t || !t->done()) return;
+  tuning_reported_ = true;
+  if (!lead_) return;
+  if (tty_) fmt::print("\r\033[K");
+  fmt::print("{}\n", describe_bucket_tuning(*t));
+  nlohmann::json j = bucket_tuning_json(*t);
+  j["global_iteration"] = pos_.iteration;  // the last iteration that tuned
+  metrics_->write(j);
 }
 
 // A logged iteration: every rank keeps the record (the epoch's end reduces them); rank 0

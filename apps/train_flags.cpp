@@ -1,3 +1,4 @@
+#include <cmath>
 #include "ringflow/apps/train_flags.h"
 
 #include <fmt/core.h>
@@ -128,13 +129,30 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
                  "SLURM_NTASKS: a TCP rendezvous, no MPI), or auto (by the environment)")
       ->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "env"}));
   app.add_option("--transport", f.transport,
-                 "what our allreduce algorithms talk through: auto (shared memory on one node, "
-                 "else TCP), shm, tcp or mpi (MPI point to point)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}));
+                 "what our allreduce algorithms talk through: auto (shared memory on one node; "
+                 "across nodes, shared memory within each and TCP between them), shm, hybrid "
+                 "(shm+tcp), tcp or mpi (MPI point to point)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "shm", "hybrid", "tcp", "mpi"}));
   app.add_option("--socket-interface", f.socket_interface,
                  "--transport tcp: the network interface (default: the first up, not loopback)");
-  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "ddp: MiB per gradient bucket (0: one per parameter)")
-      ->capture_default_str()->check(at_least0);
+  app.add_option_function<std::string>(
+         "--bucket-cap-mb",
+         [&f](const std::string& v) {
+           f.tune_buckets = v == "auto";
+           if (f.tune_buckets) return;
+           size_t used = 0;
+           double mb = -1;
+           try {
+             mb = std::stod(v, &used);
+           } catch (const std::exception&) {
+           }
+           if (used != v.size() || !(mb >= 0) || !std::isfinite(mb))
+             throw CLI::ValidationError("--bucket-cap-mb", "'" + v + "' is neither a number >= 0 nor auto");
+           f.bucket_cap_mb = mb;
+         },
+         "ddp: MiB per gradient bucket (0: one per parameter), or auto: chosen by measuring "
+         "the first iterations with several caps (comm/ddp/bucket_tuner.h)")
+      ->default_str("25");
   app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
                  "(no communication, gradients stay local: a reference for measurements only)")
       ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));

@@ -34,6 +34,7 @@ struct Flags {
   std::string launcher = "auto";
   std::string transport = "auto", socket_interface;
   double bucket_cap_mb = 25;
+  bool tune_buckets = false;  // --bucket-cap-mb auto
   std::string comm_hook = "allreduce";
   bool find_unused = false;
   int64_t global_batch = 0;  // 0: --batch-size per rank

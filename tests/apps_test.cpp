@@ -204,6 +204,36 @@ TEST_CASE("train under mpiexec -n 2: every strategy, one printer, the same train
   for (const std::string& l : losses) CHECK(l == losses.front());
 }
 
+TEST_CASE("train --bucket-cap-mb auto: the tuner's trials and choice, logged once by rank 0") {
+  const std::string metrics = temp_path("tuning.jsonl");
+  std::filesystem::remove(metrics);
+  const Result r = run_train_mpi(2, "--sync ddp --bucket-cap-mb auto --model mlp --epochs 1 "
+                                    "--max-iters 32 --log-every 32 --eval-every 0 --metrics " + metrics);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(contains(r.output, "buckets of a measured cap (--bucket-cap-mb auto)"));
+  CHECK(count(r.output, "ddp: bucket caps measured") == 1);
+  std::ifstream in(metrics);
+  std::string line;
+  int records = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] != "bucket_tuning") continue;
+    ++records;
+    CHECK(j["tried"].size() >= 6);  // the six caps, and the winner without its first bucket
+    CHECK(j["global_iteration"].get<int>() <= 32);
+    double best = 1e300;
+    for (const auto& t : j["tried"]) best = std::min(best, t["backward_ms"].get<double>());
+    bool chosen_is_best = false;
+    for (const auto& t : j["tried"])
+      chosen_is_best |= t["backward_ms"].get<double>() == best && t["cap_mb"] == j["chosen"]["cap_mb"] &&
+                        t["first_mb"] == j["chosen"]["first_mb"];
+    CHECK(chosen_is_best);
+  }
+  CHECK(records == 1);
+  std::filesystem::remove(metrics);
+}
+
 TEST_CASE("train under mpiexec: checkpoints by rank 0, resumed by every rank and by one") {
   const std::string ckpt = temp_path("ddp.safetensors");
   const std::string common = " --model mlp --max-iters 4 --log-every 4 --checkpoint " + ckpt;
@@ -250,6 +280,8 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--precision fp8", "--precision: fp8 not in {"},
       {"--local-steps 2", "--local-steps applies to --sync fedavg"},
       {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},
+      {"--bucket-cap-mb fast", "--bucket-cap-mb: 'fast' is neither a number >= 0 nor auto"},
+      {"--bucket-cap-mb -1", "--bucket-cap-mb: '-1' is neither a number >= 0 nor auto"},
   };
   for (const auto& c : cases) {
     const Result r = run_train(c.args);

@@ -1,4 +1,5 @@
-// The DDP bucket assignment (comm/ddp/buckets.h) and the traffic closed forms (comm/base/traffic.h),
+// The DDP bucket assignment (comm/ddp/buckets.h), the bucket tuner's rounds and choice
+// (comm/ddp/bucket_tuner.h) and the traffic closed forms (comm/base/traffic.h),
 // without MPI: caps, dtypes, the first-bucket cap, ordering, argument errors; the traffic of
 // each algorithm summed over the ranks (what one sends another receives) and against the
 // issue's formulas.
@@ -7,6 +8,7 @@
 #include <numeric>
 
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/ddp/bucket_tuner.h"
 #include "ringflow/comm/ddp/buckets.h"
 #include "ringflow/comm/base/traffic.h"
 
@@ -76,6 +78,78 @@ TEST_CASE("bucket_caps: MiB to bytes, the first cap never above the cap") {
   CHECK(bucket_caps(1, 0.5) == std::vector<int64_t>{1 << 19, 1 << 19});
   CHECK(bucket_caps(1, 0) == std::vector<int64_t>{0, 0});
   CHECK_THROWS_AS(bucket_caps(1, -1), std::invalid_argument);
+}
+
+namespace {
+
+// Feeds one candidate's iterations; returns what the last record() said.
+bool feed(BucketTuner& t, const std::vector<double>& ms) {
+  bool round_over = false;
+  for (double v : ms) round_over = t.record(v);
+  return round_over;
+}
+
+bool same(const BucketCaps& a, const BucketCaps& b) {
+  return a.first_mb == b.first_mb && a.cap_mb == b.cap_mb;
+}
+
+}  // namespace
+
+TEST_CASE("BucketTuner: each cap with the 1 MiB first bucket, then the winner without it") {
+  BucketTuner t({.caps_mb = {0.5, 5, 25}, .warmup = 1, .measured = 3});
+  CHECK(same(t.current(), {0.5, 0.5}));  // the first bucket's cap never above the cap
+  CHECK_FALSE(feed(t, {900, 50, 52, 51}));  // the warm-up iteration is not counted
+  CHECK(same(t.current(), {1, 5}));
+  CHECK_FALSE(feed(t, {900, 40, 41, 39}));
+  CHECK(same(t.current(), {1, 25}));
+  CHECK(feed(t, {900, 60, 60, 61}));  // the round is over: the ranks must agree
+  CHECK(t.round_medians() == std::vector<double>{51, 40, 60});
+  CHECK_FALSE(t.done());
+  t.agree({51, 45, 60});  // the slowest rank's: 5 MiB wins
+  CHECK(same(t.current(), {5, 5}));
+  CHECK(feed(t, {900, 43, 42, 44}));
+  CHECK(t.round_medians() == std::vector<double>{43});
+  t.agree({43});
+  REQUIRE(t.done());
+  CHECK(t.tuning().chosen == 3);
+  CHECK(same(t.current(), {5, 5}));
+  CHECK(t.tuning().ms == std::vector<double>{51, 45, 60, 43});
+  CHECK_FALSE(t.record(1));  // done: nothing changes any more
+  CHECK(same(t.current(), {5, 5}));
+}
+
+TEST_CASE("BucketTuner: a slower second round keeps the first round's winner") {
+  BucketTuner t({.caps_mb = {1, 10}, .warmup = 0, .measured = 2});
+  CHECK_FALSE(feed(t, {30, 30}));
+  CHECK(feed(t, {20, 22}));
+  CHECK(t.round_medians() == std::vector<double>{30, 21});
+  t.agree({30, 21});
+  CHECK(same(t.current(), {10, 10}));
+  CHECK(feed(t, {25, 25}));
+  t.agree({25});
+  REQUIRE(t.done());
+  CHECK(same(t.current(), {1, 10}));
+}
+
+TEST_CASE("BucketTuner: a winner without a small first bucket ends after one round") {
+  BucketTuner t({.caps_mb = {0.25, 8}, .warmup = 0, .measured = 1});
+  CHECK_FALSE(t.record(5));
+  CHECK(t.record(9));
+  t.agree({5, 9});
+  REQUIRE(t.done());
+  CHECK(same(t.current(), {0.25, 0.25}));
+}
+
+TEST_CASE("BucketTuner: errors name the problem") {
+  CHECK_THROWS_WITH_AS(BucketTuner({.caps_mb = {}}), doctest::Contains("no candidate"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(BucketTuner({.caps_mb = {1, 0}}), doctest::Contains("> 0 MiB"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(BucketTuner({.measured = 0}), doctest::Contains("measured >= 1"),
+                       std::invalid_argument);
+  BucketTuner t({.caps_mb = {1}, .warmup = 0, .measured = 1});
+  CHECK(t.record(1));
+  CHECK_THROWS_AS(t.agree({1, 2}), std::invalid_argument);
 }
 
 TEST_CASE("traffic: every byte sent is received; the issue's per-rank formulas") {

@@ -5,7 +5,8 @@
 // iteration against the theory (ring, naive); a model that differs on one rank
 // failing on every rank; unused parameters (with and without find_unused_parameters); the
 // fp16 compression hook; the noop hook (no communication, local gradients); the bucket
-// rebuild from the order gradients became ready.
+// rebuild from the order gradients became ready; the bucket tuner (every rank choosing
+// the same caps, training unchanged by the re-bucketing).
 // Each rank starts from a differently seeded model: only DDP's broadcast makes them equal.
 // With more ranks than cores each collective costs ~10-50 ms: the cases stay small.
 #include <doctest/doctest.h>
@@ -436,6 +437,54 @@ TEST_CASE("ddp: buckets are rebuilt in the order the gradients became ready") {
   CHECK(max_rel_diff(grads(*model), grads(*ref)) <= 1e-6);
   const int64_t first = ddp.stats().backward.events.front().bytes / 4;  // f32
   CHECK((first == 3 || first == 24));  // head.bias or head.weight
+}
+
+TEST_CASE("ddp: tuned bucket caps: every candidate tried, one choice on every rank, training unchanged") {
+  auto pg = make_group();
+  const int n = pg->size(), r = pg->rank();
+  constexpr int64_t kGlobal = 12;
+  constexpr int kSteps = 8;  // 1 before the rebuild, 2 x (1 + 1) for the caps, 2 for the second round
+  const int64_t local = kGlobal / n;
+  const optim::SGDOptions sgd_options{.lr = 0.05, .momentum = 0.9};
+  nn::ModulePtr ref = mlp(100);
+  optim::SGD ref_sgd(ref->parameters(), sgd_options);
+  nn::ModulePtr model = mlp(100 + r);
+  DdpOptions o = ddp_options();
+  o.tune_bucket_caps = true;
+  o.bucket_tuner = {.caps_mb = {0.01, 2}, .warmup = 1, .measured = 1};  // the mlp: 0.94 MB
+  DistributedDataParallel ddp(model, pg, o);
+  optim::SGD sgd(model->parameters(), sgd_options);
+  std::vector<size_t> bucket_counts;  // per iteration: the buckets its backward used
+  for (int s = 0; s < kSteps; ++s) {
+    const Batch global = make_batch(kGlobal, 2000 + s);
+    cross_entropy((*ref)(global.x), global.y).backward();
+    ref_sgd.step();
+    ref_sgd.zero_grad();
+    const Batch b = rows(global, r * local, local);
+    cross_entropy(ddp(b.x), b.y).backward();
+    bucket_counts.push_back(static_cast<size_t>(ddp.stats().backward.buckets));
+    sgd.step();
+    sgd.zero_grad(s % 2 == 0);
+  }
+  REQUIRE(ddp.bucket_tuning() != nullptr);
+  const BucketTuning t = *ddp.bucket_tuning();
+  REQUIRE(t.done());
+  // 0.01 MiB (one bucket per tensor but the biases'), 2 MiB with a 1 MiB first bucket (the
+  // mlp's 0.94 MB in one), then 2 MiB alone when it won.
+  REQUIRE(t.tried.size() >= 2);
+  CHECK(t.tried[0].cap_mb == 0.01);
+  CHECK(t.tried[1].first_mb == 1);
+  CHECK(t.tried[1].cap_mb == 2);
+  CHECK(bucket_counts[2] > 1);   // iterations 1-2: the first candidate's buckets
+  CHECK(bucket_counts[3] == 1);  // iterations 3-4: the second's
+  const size_t best = static_cast<size_t>(
+      std::min_element(t.ms.begin(), t.ms.end()) - t.ms.begin());
+  CHECK(static_cast<size_t>(t.chosen) == best);
+  // The same measurements and choice everywhere.
+  Tensor tried = from_vector(t.ms, {static_cast<int64_t>(t.ms.size())}, DType::f64);
+  CHECK(identical_across_ranks(*pg, {tried, full({1}, static_cast<double>(t.chosen))}));
+  CHECK(max_rel_diff(model->parameters(), ref->parameters()) <= 1e-5);
+  CHECK(identical_across_ranks(*pg, model->parameters()));
 }
 
 }  // namespace ringflow::comm

@@ -185,6 +185,8 @@ DistributedDataParallel::DistributedDataParallel(nn::ModulePtr module,
   ReducerOptions r;
   r.bucket_cap_mb = options_.bucket_cap_mb;
   r.first_bucket_cap_mb = options_.first_bucket_cap_mb;
+  r.tune_bucket_caps = options_.tune_bucket_caps;
+  r.tuner = options_.bucket_tuner;
   r.rebuild_buckets = options_.rebuild_buckets;
   r.find_unused_parameters = options_.find_unused_parameters;
   r.algorithm = options_.algorithm;

@@ -31,6 +31,10 @@ namespace ringflow::comm {
 struct DdpOptions {
   double bucket_cap_mb = 25;       // MiB (PyTorch's default); 0: one bucket per parameter
   double first_bucket_cap_mb = 1;  // PyTorch's too: starts communication early in backward
+  // Both caps chosen from the first iterations' measurements (comm/ddp/bucket_tuner.h),
+  // instead of the two above.
+  bool tune_bucket_caps = false;
+  BucketTunerOptions bucket_tuner;
   bool rebuild_buckets = true;     // re-bucket once, in the order gradients became ready
   bool find_unused_parameters = false;  // see ReducerOptions
   // Before each training forward, broadcast rank 0's buffers (BatchNorm's running
@@ -96,6 +100,9 @@ class DistributedDataParallel {
 
   // The last training iteration's communication (complete once its backward has ended).
   DdpStats stats() const;
+  // What the bucket tuner tried and chose (tuning().done() once chosen); null without
+  // tune_bucket_caps.
+  const BucketTuning* bucket_tuning() const { return reducer_->bucket_tuning(); }
   // Parameter names per bucket, in launch order (after the rebuild: the ready order).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
 

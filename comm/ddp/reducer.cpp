@@ -91,11 +91,15 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
              params_[0].device().str(), "; one device per model");
   }
   caps_ = bucket_caps(options_.first_bucket_cap_mb, options_.bucket_cap_mb);
+  if (options_.tune_bucket_caps) {
+    tuner_ = std::make_unique<BucketTuner>(options_.tuner);
+    caps_ = bucket_caps(tuner_->current().first_mb, tuner_->current().cap_mb);
+  }
   if (!options_.comm_hook) options_.comm_hook = std::make_shared<AllreduceAverageHook>();
 
-  std::vector<size_t> order(params_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  build_buckets(assign_buckets(bucket_tensors(params_), order, caps_));
+  order_.resize(params_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = order_.size() - 1 - i;
+  build_buckets(assign_buckets(bucket_tensors(params_), order_, caps_));
 }
 
 void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
@@ -302,7 +306,11 @@ void Reducer::finalize() {
   }
   stats_.backward_end = Clock::now();
   stats_.wait_ms = ms_between(start, stats_.backward_end);
-  if (options_.rebuild_buckets && !rebuilt_) rebuild();
+  if (options_.rebuild_buckets && !rebuilt_) {
+    rebuild();
+  } else if (tuner_ && !tuner_->done()) {
+    tune(ms_between(stats_.backward_start, stats_.backward_end));
+  }
 }
 
 void Reducer::rebuild() {
@@ -332,9 +340,35 @@ void Reducer::rebuild() {
   pg_->broadcast(t, o)->wait();
   t = t.to(Device::cpu());
   for (size_t k = 0; k < n; ++k) order[k] = static_cast<size_t>(t.data<int64_t>()[k]);
+  order_ = std::move(order);
+  rebucket();
+}
 
-  auto assignment = assign_buckets(bucket_tensors(params_), order, caps_);
+void Reducer::rebucket() {
+  auto assignment = assign_buckets(bucket_tensors(params_), order_, caps_);
   if (assignment != assignment_) build_buckets(std::move(assignment));
+}
+
+// Every rank records the same iterations, so every rank reaches each round's end together;
+// the slowest rank's medians make every rank's choice the same.
+void Reducer::tune(double ms) {
+  const BucketCaps before = tuner_->current();
+  if (tuner_->record(ms)) {
+    const std::vector<double> mine = tuner_->round_medians();
+    Tensor t = empty({static_cast<int64_t>(mine.size())}, DType::f64);
+    std::copy(mine.begin(), mine.end(), t.data<double>());
+    CollectiveOptions o;
+    o.op = ReduceOp::max;
+    o.timeout = options_.timeout;
+    t = t.to(params_.empty() ? Device::cpu() : params_[0].device());
+    pg_->allreduce(t, o)->wait();
+    t = t.to(Device::cpu());
+    tuner_->agree(std::vector<double>(t.data<double>(), t.data<double>() + t.numel()));
+  }
+  const BucketCaps now = tuner_->current();
+  if (now.first_mb == before.first_mb && now.cap_mb == before.cap_mb) return;
+  caps_ = bucket_caps(now.first_mb, now.cap_mb);
+  rebucket();
 }
 
 }  // namespace ringflow::comm

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/ddp/bucket_tuner.h"
 #include "ringflow/comm/ddp/buckets.h"
 #include "ringflow/comm/ddp/comm_hooks.h"
 #include "ringflow/comm/group/comm_event.h"
@@ -26,6 +27,10 @@ namespace ringflow::comm {
 struct ReducerOptions {
   double bucket_cap_mb = 25;        // MiB per bucket at most (0: one bucket per parameter)
   double first_bucket_cap_mb = 1;   // the first bucket's cap (never above bucket_cap_mb)
+  // Choose both caps from measurements instead (comm/ddp/bucket_tuner.h): the iterations
+  // after the first try the tuner's candidates, then keep the fastest.
+  bool tune_bucket_caps = false;
+  BucketTunerOptions tuner;
   // After the first synchronised backward, re-bucket in the order the gradients became
   // ready (rank 0's order, broadcast), as PyTorch's rebuild_buckets.
   bool rebuild_buckets = true;
@@ -76,6 +81,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Parameter indices per bucket, in launch order.
   const std::vector<std::vector<size_t>>& bucket_assignment() const { return assignment_; }
   bool rebuilt() const { return rebuilt_; }
+  // What the tuner tried and chose; null without tune_bucket_caps.
+  const BucketTuning* bucket_tuning() const { return tuner_ ? &tuner_->tuning() : nullptr; }
 
  private:
   Reducer(std::vector<Tensor> params, std::vector<std::string> names,
@@ -97,6 +104,10 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void launch_ready_buckets();
   void finalize();
   void rebuild();
+  // Re-assigns the buckets for order_ and caps_ (a no-op when nothing changes).
+  void rebucket();
+  // Feeds one synchronised iteration's time to the tuner and takes its next caps.
+  void tune(double ms);
   void queue_finalize();
 
   std::vector<Tensor> params_;
@@ -104,6 +115,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::shared_ptr<ProcessGroup> pg_;
   ReducerOptions options_;
   std::vector<int64_t> caps_;  // bytes: {first bucket, later buckets}
+  std::vector<size_t> order_;  // parameters in bucketing order
+  std::unique_ptr<BucketTuner> tuner_;
 
   std::vector<std::vector<size_t>> assignment_;
   std::vector<Bucket> buckets_;
