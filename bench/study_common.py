@@ -1,8 +1,14 @@
-"""What the study scripts (bench/ddp, bench/federated) share: running a command with a
-time limit, markdown tables and gnuplot plots. Standard library only."""
+"""What the study scripts (bench/ddp, bench/federated, bench/scaling) share: running a
+command with a time limit, reading apps/train's metrics, markdown tables and gnuplot plots.
+Standard library only."""
+import json
 import os
 import signal
+import statistics
 import subprocess
+
+PHASES = ["data", "forward", "backward", "comm", "optimizer"]  # the app's *_ms fields
+PHASE_LABELS = ["data wait", "forward", "backward compute", "comm wait (exposed)", "optimizer"]
 
 
 def run_with_timeout(cmd, out, env, timeout):
@@ -49,3 +55,41 @@ def gnuplot(out, name, script, data):
         print(f"gnuplot failed on {gp}: {r.stderr.strip()}", flush=True)
         return None
     return name + ".png"
+
+
+def last_line(text):
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def read_iterations(path):
+    if not os.path.exists(path):
+        raise ValueError(f"no metrics file {path}")
+    with open(path) as f:
+        records = [json.loads(l) for l in f if l.strip()]
+    its = [r for r in records if r.get("type") == "iteration"]
+    if not its:
+        raise ValueError(f"{path}: no iteration records")
+    return sorted(its, key=lambda r: r["iteration"])
+
+
+def summarize(its, warmup):
+    """Note [how a figure is taken]: the mean of the iterations after the warm-up."""
+    kept = its[warmup:]
+    if not kept:
+        raise ValueError(f"{len(its)} iterations, all of them warm-up")
+
+    def mean(key):
+        return statistics.fmean(r.get(key, 0.0) for r in kept)
+
+    steps = [r["step_ms"] for r in kept]
+    out = {"iterations": len(kept), "step_ms": mean("step_ms"),
+           "step_ms_sd": statistics.stdev(steps) if len(steps) > 1 else 0.0,
+           "max_step_ms": statistics.fmean(r.get("max_step_ms", r["step_ms"]) for r in kept),
+           "images_per_s": mean("images_per_s")}
+    for p in PHASES:
+        out[p + "_ms"] = mean(p + "_ms")
+    for key in ("comm_total_ms", "bytes_sent", "bytes_received", "overlap",
+                "max_bytes_sent", "max_bytes_received"):
+        out[key] = mean(key)
+    return out
