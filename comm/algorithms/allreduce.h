@@ -23,7 +23,8 @@ void ring_allreduce(Transport& t, Buffer buf, ReduceOp op, size_t segment_bytes 
 
 // host_of[r]: rank r's host. Within each host a reduce to its first rank (the leader), our
 // ring among the leaders, a broadcast back within each host: only the leaders talk across
-// hosts (hierarchical_allreduce.cpp).
+// hosts. In chunks, the legs within hosts overlapping the leaders' ring, where the transport
+// allows (Note [pipelined hierarchical] in hierarchical_allreduce.cpp).
 void hierarchical_allreduce(Transport& t, Buffer buf, ReduceOp op, const std::vector<int>& host_of);
 
 // What Algorithm::automatic resolves to for this message and world size: one of ours.

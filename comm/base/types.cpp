@@ -1,4 +1,5 @@
 // Names of reduce ops and algorithms, for flags, logs and error messages.
+#include <algorithm>
 #include "ringflow/comm/base/types.h"
 
 #include <stdexcept>
@@ -55,6 +56,14 @@ ReduceOp reduce_op_from_name(const std::string& name) {
 
 Algorithm algorithm_from_name(const std::string& name) {
   return from_name(name, kAlgorithms, algorithm_name, "allreduce algorithm");
+}
+
+int position_among(const std::vector<int>& members, int rank, const char* what) {
+  const auto it = std::find(members.begin(), members.end(), rank);
+  if (it == members.end())
+    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(rank) +
+                                " is not among the members");
+  return static_cast<int>(it - members.begin());
 }
 
 }  // namespace ringflow::comm

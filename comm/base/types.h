@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ringflow::comm {
 
@@ -19,6 +20,10 @@ const char* reduce_op_name(ReduceOp op);    // "sum", ...
 const char* algorithm_name(Algorithm algo);  // "ring", ...
 ReduceOp reduce_op_from_name(const std::string& name);    // throws naming the choices
 Algorithm algorithm_from_name(const std::string& name);  // throws naming the choices
+
+// The position of `rank` in `members` (a view over some ranks of a group: SubTransport,
+// SubBootstrap); throws std::invalid_argument naming `what` when it is not among them.
+int position_among(const std::vector<int>& members, int rank, const char* what);
 
 using Timeout = std::chrono::milliseconds;
 inline constexpr Timeout kDefaultTimeout = std::chrono::seconds(300);

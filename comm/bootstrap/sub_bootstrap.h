@@ -5,11 +5,10 @@
 // every host makes its own shared-memory transport at once).
 #pragma once
 
-#include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/base/types.h"
 #include "ringflow/comm/bootstrap/bootstrap.h"
 
 namespace ringflow::comm {
@@ -18,13 +17,9 @@ class SubBootstrap final : public Bootstrap {
  public:
   // members: ranks of `inner`, the caller's among them. Borrows inner.
   SubBootstrap(Bootstrap& inner, std::vector<int> members)
-      : inner_(inner), members_(std::move(members)) {
-    const auto it = std::find(members_.begin(), members_.end(), inner.rank());
-    if (it == members_.end())
-      throw std::invalid_argument("SubBootstrap: rank " + std::to_string(inner.rank()) +
-                                  " is not among the members");
-    rank_ = static_cast<int>(it - members_.begin());
-  }
+      : inner_(inner),
+        members_(std::move(members)),
+        rank_(position_among(members_, inner.rank(), "SubBootstrap")) {}
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }

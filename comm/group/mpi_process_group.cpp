@@ -228,6 +228,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
         bootstrap, {.kind = !options_.sockets        ? TransportKind::shm
                             : !options_.shared_memory ? TransportKind::tcp
                                                       : TransportKind::automatic,
+                    .shm = {},
                     .tcp = {.interface = options_.socket_interface}});
     transport_ = std::move(opened.transport);
     transport_name_ = transport_ ? transport_kind_name(opened.kind) : "mpi";

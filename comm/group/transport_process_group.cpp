@@ -28,6 +28,7 @@ TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
   set_hosts(host_indices(bootstrap.allgather(node_identity())));
   OpenedTransport opened = open_transport(
       bootstrap, {.kind = options.shared_memory ? TransportKind::automatic : TransportKind::tcp,
+                  .shm = {},
                   .tcp = {.interface = options.socket_interface,
                           .setup_timeout = options.setup_timeout}});
   if (!opened.transport) {

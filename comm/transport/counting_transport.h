@@ -3,6 +3,8 @@
 // moved (comm/base/traffic.h) whichever transport carried it (MPI or shared memory).
 #pragma once
 
+#include <atomic>
+
 #include "ringflow/comm/base/traffic.h"
 #include "ringflow/comm/transport/transport.h"
 
@@ -14,6 +16,7 @@ class CountingTransport final : public Transport {
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
+  bool host_sides_concurrent() const override { return inner_.host_sides_concurrent(); }
   void set_deadline(Deadline deadline) override { inner_.set_deadline(deadline); }
   void set_waiters(const Waiters* waiters) override { inner_.set_waiters(waiters); }
   void send(const void* data, size_t bytes, int peer) override {
@@ -40,16 +43,17 @@ class CountingTransport final : public Transport {
     count(send_bytes, recv_bytes);
   }
 
-  Traffic traffic() const { return traffic_; }
+  Traffic traffic() const { return {sent_.load(), received_.load(), /*measured=*/true}; }
 
  private:
+  // Atomic: an algorithm may drive both sides of a host_sides_concurrent() transport at once.
   void count(size_t sent, size_t received) {
-    traffic_.sent += static_cast<int64_t>(sent);
-    traffic_.received += static_cast<int64_t>(received);
+    sent_ += static_cast<int64_t>(sent);
+    received_ += static_cast<int64_t>(received);
   }
 
   Transport& inner_;
-  Traffic traffic_{0, 0, /*measured=*/true};
+  std::atomic<int64_t> sent_{0}, received_{0};
 };
 
 }  // namespace ringflow::comm

@@ -36,6 +36,7 @@ class HybridTransport final : public Transport {
   const std::vector<int>& host_of() const { return host_of_; }
   const TcpTransport& tcp() const { return *tcp_; }
   const ShmTransport& shm() const { return *shm_; }
+  bool host_sides_concurrent() const override { return true; }
   void set_deadline(Deadline deadline) override;
   void set_waiters(const Waiters* waiters) override;
 

@@ -3,8 +3,6 @@
 // of one: rank i of the view is members[i] of the underlying transport.
 #pragma once
 
-#include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,16 +14,13 @@ class SubTransport final : public Transport {
  public:
   // members: ranks of `inner`, the caller's among them. Borrows inner.
   SubTransport(Transport& inner, std::vector<int> members)
-      : inner_(inner), members_(std::move(members)) {
-    const auto it = std::find(members_.begin(), members_.end(), inner.rank());
-    if (it == members_.end())
-      throw std::invalid_argument("SubTransport: rank " + std::to_string(inner.rank()) +
-                                  " is not among the members");
-    rank_ = static_cast<int>(it - members_.begin());
-  }
+      : inner_(inner),
+        members_(std::move(members)),
+        rank_(position_among(members_, inner.rank(), "SubTransport")) {}
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
+  bool host_sides_concurrent() const override { return inner_.host_sides_concurrent(); }
   void set_deadline(Deadline deadline) override { inner_.set_deadline(deadline); }
   void set_waiters(const Waiters* waiters) override { inner_.set_waiters(waiters); }
   void send(const void* data, size_t bytes, int peer) override {

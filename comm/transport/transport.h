@@ -44,6 +44,11 @@ class Transport {
     sendrecv(send_data, send_bytes, to, recv_data, recv_bytes, from);
   }
 
+  // True when calls to the ranks of this rank's host and calls to the ranks of other hosts
+  // may come from two threads at once (each side from one thread at a time): a transport
+  // made of a separate one per side (HybridTransport). Lets an algorithm overlap the legs
+  // within a host with the legs across hosts.
+  virtual bool host_sides_concurrent() const { return false; }
   // Calls that wait past the deadline throw naming the peer they waited for (the process
   // group sets its collective's); Deadline::max() waits for ever, as blocking MPI calls do.
   virtual void set_deadline(Deadline) {}
