@@ -1,9 +1,9 @@
-#include <cmath>
 #include "ringflow/apps/train_flags.h"
 
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <thread>
 #include <utility>

@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
     std::string transport_name = "mpi";
     OpenedTransport opened;
     if (o.transport != "mpi") {
-      opened = open_transport(bootstrap, {.kind = parse_transport_kind(o.transport),
+      opened = open_transport(bootstrap, host_of, {.kind = parse_transport_kind(o.transport),
                                           .shm = o.shm,
                                           .tcp = {.interface = o.socket_interface}});
       if (!opened.transport && o.transport != "auto") {

@@ -131,7 +131,7 @@ void hierarchical_allreduce(Transport& t, Buffer buf, ReduceOp op, const std::ve
       std::max<int64_t>(h, kChunkBytes / static_cast<int64_t>(dtype_size(buf.dtype)) / h * h);
   const int64_t chunks = (buf.count + per_chunk - 1) / per_chunk;
   const bool every_host_shared = std::all_of(hosts.begin(), hosts.end(),
-                                             [](const auto& h) { return h.second.size() > 1; });
+                                             [](const auto& host_ranks) { return host_ranks.second.size() > 1; });
   if (t.host_sides_concurrent() && leaders.size() > 1 && every_host_shared && chunks > 1) {
     if (!leader) {
       for (int64_t c = 0; c < chunks; ++c) reduce_to_root(host, chunk(buf, c, per_chunk), step_op, 0);

@@ -1,7 +1,7 @@
 // Names of reduce ops and algorithms, for flags, logs and error messages.
-#include <algorithm>
 #include "ringflow/comm/base/types.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace ringflow::comm {

@@ -8,13 +8,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
+
+#include "ringflow/comm/ddp/buckets.h"
 
 namespace ringflow::comm {
 
 struct BucketCaps {
   double first_mb = 1;  // the first bucket's cap, MiB
   double cap_mb = 25;   // every later bucket's, MiB
+
+  std::vector<int64_t> bytes() const { return bucket_caps(first_mb, cap_mb); }  // buckets.h
+  bool operator==(const BucketCaps&) const = default;
 };
 
 struct BucketTunerOptions {

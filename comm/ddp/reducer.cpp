@@ -93,7 +93,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
   caps_ = bucket_caps(options_.first_bucket_cap_mb, options_.bucket_cap_mb);
   if (options_.tune_bucket_caps) {
     tuner_ = std::make_unique<BucketTuner>(options_.tuner);
-    caps_ = bucket_caps(tuner_->current().first_mb, tuner_->current().cap_mb);
+    caps_ = tuner_->current().bytes();
   }
   if (!options_.comm_hook) options_.comm_hook = std::make_shared<AllreduceAverageHook>();
 
@@ -366,8 +366,8 @@ void Reducer::tune(double ms) {
     tuner_->agree(std::vector<double>(t.data<double>(), t.data<double>() + t.numel()));
   }
   const BucketCaps now = tuner_->current();
-  if (now.first_mb == before.first_mb && now.cap_mb == before.cap_mb) return;
-  caps_ = bucket_caps(now.first_mb, now.cap_mb);
+  if (now == before) return;
+  caps_ = now.bytes();
   rebucket();
 }
 

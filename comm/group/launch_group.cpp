@@ -12,7 +12,9 @@ namespace ringflow::comm {
 namespace {
 
 void check_transport(const std::string& asked, const std::string& got, const std::string& why) {
-  if (asked == "auto" || asked == got || (asked == "hybrid" && got == "shm+tcp")) return;
+  // "hybrid" is the flag's name for what the group reports as "shm+tcp".
+  const std::string want = asked == "hybrid" ? transport_kind_name(TransportKind::hybrid) : asked;
+  if (asked == "auto" || want == got) return;
   throw std::runtime_error(cat("--transport ", asked, ": could not be made here (the group fell back to ",
                                got, ")", why.empty() ? "" : ": " + why));
 }

@@ -225,7 +225,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
   set_hosts(host_indices(bootstrap.allgather(node_identity())));
   if (options_.shared_memory || options_.sockets) {
     OpenedTransport opened = open_transport(
-        bootstrap, {.kind = !options_.sockets        ? TransportKind::shm
+        bootstrap, host_of(), {.kind = !options_.sockets        ? TransportKind::shm
                             : !options_.shared_memory ? TransportKind::tcp
                                                       : TransportKind::automatic,
                     .shm = {},

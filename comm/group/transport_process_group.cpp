@@ -27,7 +27,7 @@ TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
     : QueuedProcessGroup(bootstrap.rank(), bootstrap.size(), options.checking) {
   set_hosts(host_indices(bootstrap.allgather(node_identity())));
   OpenedTransport opened = open_transport(
-      bootstrap, {.kind = options.shared_memory ? TransportKind::automatic : TransportKind::tcp,
+      bootstrap, host_of(), {.kind = options.shared_memory ? TransportKind::automatic : TransportKind::tcp,
                   .shm = {},
                   .tcp = {.interface = options.socket_interface,
                           .setup_timeout = options.setup_timeout}});

@@ -9,11 +9,13 @@
 namespace ringflow::comm {
 
 std::unique_ptr<HybridTransport> HybridTransport::create(Bootstrap& bootstrap,
+                                                         std::vector<int> host_of,
                                                          const ShmTransportOptions& shm_options,
                                                          const TcpTransportOptions& tcp_options,
                                                          std::string* why_not) {
   const int rank = bootstrap.rank(), n = bootstrap.size();
-  std::vector<int> host_of = host_indices(bootstrap.allgather(node_identity()));
+  RF_CHECK(static_cast<int>(host_of.size()) == n, "HybridTransport: ", host_of.size(),
+           " host ids for ", n, " ranks");
   std::vector<int> members, local_of(n);
   std::map<int, int> ranks_on;
   for (int r = 0; r < n; ++r) {

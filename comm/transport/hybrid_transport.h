@@ -23,9 +23,10 @@ namespace ringflow::comm {
 
 class HybridTransport final : public Transport {
  public:
-  // Collective over the bootstrap's ranks. nullptr on every rank, with the reason in *why_not
-  // (when given), when some host's shared memory or the TCP connections could not be made.
-  static std::unique_ptr<HybridTransport> create(Bootstrap& bootstrap,
+  // Collective over the bootstrap's ranks; host_of: each rank's host (host_indices()).
+  // nullptr on every rank, with the reason in *why_not (when given), when some host's
+  // shared memory or the TCP connections could not be made.
+  static std::unique_ptr<HybridTransport> create(Bootstrap& bootstrap, std::vector<int> host_of,
                                                  const ShmTransportOptions& shm = {},
                                                  const TcpTransportOptions& tcp = {},
                                                  std::string* why_not = nullptr);

@@ -26,10 +26,10 @@ TransportKind parse_transport_kind(const std::string& text) {
   throw std::invalid_argument(cat("unknown transport '", text, "' (auto, shm, hybrid, tcp)"));
 }
 
-OpenedTransport open_transport(Bootstrap& bootstrap, const OpenTransportOptions& options) {
+OpenedTransport open_transport(Bootstrap& bootstrap, const std::vector<int>& host_of,
+                               const OpenTransportOptions& options) {
   TransportKind kind = options.kind;
   if (kind == TransportKind::automatic) {
-    const std::vector<int> host_of = host_indices(bootstrap.allgather(node_identity()));
     const int hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
     kind = hosts == 1                                   ? TransportKind::shm
            : hosts < static_cast<int>(host_of.size()) ? TransportKind::hybrid
@@ -42,7 +42,7 @@ OpenedTransport open_transport(Bootstrap& bootstrap, const OpenTransportOptions&
     opened.transport = ShmTransport::create(bootstrap, options.shm, &why);
     if (!opened.transport) opened.why_not = cat("shm: ", why);
   } else if (kind == TransportKind::hybrid) {
-    opened.transport = HybridTransport::create(bootstrap, options.shm, options.tcp, &why);
+    opened.transport = HybridTransport::create(bootstrap, host_of, options.shm, options.tcp, &why);
     if (!opened.transport) opened.why_not = cat("shm+tcp: ", why);
   }
   if (opened.transport) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringflow/comm/bootstrap/bootstrap.h"
 #include "ringflow/comm/transport/shm_transport.h"
@@ -31,7 +32,9 @@ struct OpenedTransport {
   std::string why_not;  // when null: why each tried could not be made
 };
 
-// Collective over the bootstrap's ranks; every rank gets the same kind (or none).
-OpenedTransport open_transport(Bootstrap& bootstrap, const OpenTransportOptions& options = {});
+// Collective over the bootstrap's ranks; every rank gets the same kind (or none). host_of:
+// each rank's host, as host_indices() numbers them (the caller has exchanged it already).
+OpenedTransport open_transport(Bootstrap& bootstrap, const std::vector<int>& host_of,
+                               const OpenTransportOptions& options = {});
 
 }  // namespace ringflow::comm
