@@ -4,6 +4,7 @@
 // the GPU itself is picked once the rank knows its place on its machine (choose_device).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 #include "ringflow/kernels/device.h"

@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ringflow/bench/ceiling.h"
+#include "ringflow/framework/op_profile.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 #include "ringflow/models/vgg.h"
@@ -58,6 +59,7 @@ struct Flags {
   std::string device = "cpu";
   bool tf32 = false;
   bool no_torch = false;
+  bool profile_ops = false;
   bool json = false;
   std::string python = "/usr/bin/python3";
   std::string torch_script = RINGFLOW_SOURCE_ROOT "/bench/torch_reference.py";
@@ -153,6 +155,19 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The ops of `steps` profiled steps (framework/op_profile.h), per step, the costliest first.
+void print_op_times(const std::string& what, int steps) {
+  const std::vector<OpTime> ops = op_times();
+  double total = 0;
+  for (const OpTime& o : ops) total += o.total_ms;
+  fmt::print("ops of {}, per step, each waited for ({} steps; sum {:.1f} ms/step):\n", what, steps, total / steps);
+  fmt::print("  {:<30} {:>7} {:>9} {:>6}\n", "op", "calls", "ms", "share");
+  for (const OpTime& o : ops)
+    fmt::print("  {:<30} {:>7} {:>9.2f} {:>5.1f}%\n", o.op, o.calls / steps, o.total_ms / steps,
+               100 * o.total_ms / total);
+  std::fflush(stdout);
+}
+
 struct Phases {
   double forward = 0, backward = 0, optimizer = 0, step = 0;
 };
@@ -181,10 +196,9 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
   };
   optim::SGD sgd(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
 
-  std::vector<double> fwd, bwd, opt, step;
-  for (int i = 0; i < f.warmup + f.steps; ++i) {
+  // One step; ms[0..2]: forward, backward, optimizer.
+  const auto run_step = [&](double* ms) {
     const auto start = now();
-    double ms[3];
     {
       Tensor loss;
       {
@@ -201,12 +215,27 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
     sgd.step();
     sgd.zero_grad();
     ms[2] = ms_between(t, now());
+  };
+  std::vector<double> fwd, bwd, opt, step;
+  for (int i = 0; i < f.warmup + f.steps; ++i) {
+    const auto start = now();
+    double ms[3];
+    run_step(ms);
     const double total = ms_between(start, now());
     if (i < f.warmup) continue;
     fwd.push_back(ms[0]);
     bwd.push_back(ms[1]);
     opt.push_back(ms[2]);
     step.push_back(total);
+  }
+  if (f.profile_ops) {
+    constexpr int kSteps = 3;
+    reset_op_times();
+    set_op_profiling(true);
+    double ms[3];
+    for (int i = 0; i < kSteps; ++i) run_step(ms);
+    set_op_profiling(false);
+    print_op_times(fmt::format("{} batch {} {}", name, batch, precision), kSteps);
   }
   return {median(fwd), median(bwd), median(opt), median(step)};
 }
@@ -341,6 +370,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
+  app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();
   app.add_option("--torch-script", f.torch_script, "bench/torch_reference.py")->capture_default_str();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ringflow/framework/error.h"
+#include "ringflow/framework/op_profile.h"
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/cuda_devices.h"
 #include "ringflow/kernels/device.h"
@@ -42,9 +43,13 @@ template <class R, class... Args>
 struct KernelCall<R (*)(Args...)> {
   R (*fn)(Args...);
   Device device;
+  const char* op;
   template <class... A>
   R operator()(A&&... args) const {
     const DeviceScope scope(device);
+    if (!op_profiling()) [[likely]]
+      return fn(std::forward<A>(args)...);
+    const OpTimer timer(device, op);
     return fn(std::forward<A>(args)...);
   }
 };
@@ -58,7 +63,7 @@ KernelCall<Fn> kernel(Device device, Fn Backend::*entry, const char* op) {
   if (!fn)
     throw std::runtime_error(cat("op '", op, "' is not implemented on ", device.str(),
                                  " (kernel table '", backend.name, "')"));
-  return {fn, device};
+  return {fn, device, op};
 }
 
 }  // namespace ringflow

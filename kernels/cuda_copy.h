@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 
 #include "ringflow/kernels/device.h"
 #include "ringflow/kernels/view.h"

@@ -2,6 +2,7 @@
 // Implemented by kernels/cuda/ when built with CUDA, by kernels/no_cuda.cpp otherwise.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 #include "ringflow/kernels/device.h"

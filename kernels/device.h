@@ -1,6 +1,8 @@
 // Where a tensor's memory lives: the host or one CUDA device.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace ringflow {

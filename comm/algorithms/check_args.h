@@ -3,6 +3,7 @@
 
 #include "ringflow/comm/base/reduce.h"
 #include "ringflow/comm/transport/transport.h"
+#include <stdexcept>
 
 namespace ringflow::comm::detail {
 

@@ -2,6 +2,7 @@
 // bootstrap and the process group.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 namespace ringflow::comm::detail {

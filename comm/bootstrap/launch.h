@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"

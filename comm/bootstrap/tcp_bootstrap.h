@@ -5,6 +5,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "ringflow/kernels/dtype.h"

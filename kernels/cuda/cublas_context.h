@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <stdexcept>
 
 namespace ringflow::cuda {
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/view.h"

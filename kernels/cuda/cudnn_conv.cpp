@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "ringflow/kernels/cuda/check.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
@@ -48,9 +49,14 @@ struct Scalars {
   const void* zero() const { return is_double ? static_cast<const void*>(&d0) : &f0; }
 };
 
-View dense_like(const View& v, std::optional<DeviceBuffer>& buffer) {
+// Whether a 4-D view is laid out (N, H, W, C) in memory rather than (N, C, H, W).
+bool channels_last(const View& v) { return !v.is_contiguous() && v.is_channels_last(); }
+
+// A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
+View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last = false) {
   View d = v;
-  d.strides = {v.shape[1] * v.shape[2] * v.shape[3], v.shape[2] * v.shape[3], v.shape[3], 1};
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  d.strides = last ? std::vector<int64_t>{H * W * C, 1, W * C, C} : std::vector<int64_t>{C * H * W, H * W, W, 1};
   d.storage_id = nullptr;
   buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
   d.data = buffer->data();
@@ -60,8 +66,23 @@ View dense_like(const View& v, std::optional<DeviceBuffer>& buffer) {
 // v itself when cuDNN can describe it, else a dense copy of it in `buffer`.
 View describable(const View& v, std::optional<DeviceBuffer>& buffer) {
   if (tensor_dims(v)) return v;
-  View d = dense_like(v, buffer);
+  View d = dense_like(v, buffer, channels_last(v));
   copy(d, v);
+  return d;
+}
+
+// v itself when cuDNN can describe it and it is in `like`'s layout, else a buffer (not
+// filled) in that layout: as for filters (filter_like), cuDNN has few algorithms, if any,
+// for a channels-last operand beside an NCHW one, and none with FMA math alone.
+View in_layout_of(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
+  if (tensor_dims(v) && channels_last(v) == channels_last(like)) return v;
+  return dense_like(v, buffer, channels_last(like));
+}
+
+// in_layout_of, filled from v.
+View operand_like(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
+  const View d = in_layout_of(v, like, buffer);
+  if (d.data != v.data) copy(d, v);
   return d;
 }
 
@@ -73,7 +94,7 @@ View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
   View big = x;
   big.shape[2] += pad.extra_top + pad.extra_bottom;
   big.shape[3] += pad.extra_left + pad.extra_right;
-  big = dense_like(big, buffer);
+  big = dense_like(big, buffer, channels_last(x));
   fill(big, 0.0);
   View in = big;
   in.shape = x.shape;
@@ -207,7 +228,8 @@ Chosen choose(const Call& call, const char* op, Find&& find) {
   if (!best)
     throw std::runtime_error(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
                              shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
-                             dtype_name(call.x.dtype));
+                             dtype_name(call.x.dtype) + " (candidates: " +
+                             describe_candidates(candidates, count) + ")");
   const Chosen chosen{best->algo, best->workspace, maths[best->index]};
   std::lock_guard lock(mutex);
   cache->emplace(call.key, chosen);
@@ -241,15 +263,9 @@ void check_conv(const View& x, const View& w, const View& y, const Conv2dParams&
 // cuDNN has few algorithms, if any, for a channels-last filter with an NCHW input or the
 // other way round.
 View filter_like(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
-  const FilterLayout want = x.is_contiguous() || !x.is_channels_last() ? FilterLayout::nchw
-                                                                       : FilterLayout::nhwc;
+  const FilterLayout want = channels_last(x) ? FilterLayout::nhwc : FilterLayout::nchw;
   if (filter_layout(w) == want) return w;
-  View d = dense_like(w, buffer);
-  if (want == FilterLayout::nhwc) {
-    const int64_t C = w.shape[1], R = w.shape[2], S = w.shape[3];
-    d.strides = {R * S * C, 1, S * C, C};
-  }
-  return d;
+  return dense_like(w, buffer, want == FilterLayout::nhwc);
 }
 
 // w in x's layout (filter_like), filled.
@@ -267,7 +283,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   std::optional<DeviceBuffer> xb, wb, yb;
   const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
   const View wv = filter_operand(w, xv, wb);
-  const View yv = tensor_dims(y) ? y : dense_like(y, yb);
+  const View yv = in_layout_of(y, xv, yb);
   const Call call(xv, wv, yv, pad, p, ConvDirection::forward);
   cudnnHandle_t h = cudnn_handle();
   const Chosen c = choose<cudnnConvolutionFwdAlgoPerf_t>(call, "conv2d_forward",
@@ -298,8 +314,8 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   std::optional<DeviceBuffer> dxb, dyb, wb;
   View interior;
   const View dxv = pad.explicit_zeros() ? padded(dx, pad, /*fill_from_x=*/false, dxb, &interior)
-                                        : (tensor_dims(dx) ? dx : dense_like(dx, dxb));
-  const View dyv = describable(dy, dyb);
+                                        : (tensor_dims(dx) ? dx : dense_like(dx, dxb, channels_last(dx)));
+  const View dyv = operand_like(dy, dxv, dyb);
   const View wv = filter_operand(w, dxv, wb);
   if (dy.numel() == 0) {
     fill(dx, 0.0);
@@ -329,7 +345,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
   const ConvPadding pad = conv_padding(p);
   std::optional<DeviceBuffer> xb, dyb, dwb;
   const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
-  const View dyv = describable(dy, dyb);
+  const View dyv = operand_like(dy, xv, dyb);
   const View dwv = filter_like(dw, xv, dwb);
   cudnnHandle_t h = cudnn_handle();
   const Scalars s(x.dtype);

@@ -137,4 +137,16 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
   return best;
 }
 
+// cuDNN's candidates in one line, for an error that says why none qualified.
+inline std::string describe_candidates(const ConvCandidate* candidates, int count) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    const ConvCandidate& c = candidates[i];
+    const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
+    out += (i ? "; algo " : "algo ") + std::to_string(c.algo) + " " + math + " " +
+           (c.ok ? std::to_string(c.workspace) + " B" : std::string("failed"));
+  }
+  return count ? out : std::string("none listed");
+}
+
 }  // namespace ringflow::cuda
