@@ -14,9 +14,9 @@
 // GFLOP/s column is then "effective" and can pass 100% of the ceiling.
 //
 // PyTorch: bench/torch_reference.py (same models, threads, synthetic data and optimizer) is
-// run as a subprocess with Debian's /usr/bin/python3 per row, twice: as installed, and with
-// GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 (glibc
-// then stops unmapping its large buffers every step). The ratio is ringflow's step time
+// run as a subprocess with Debian's /usr/bin/python3 per row, twice on the CPU: as installed,
+// and with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
+// (glibc then stops unmapping its large buffers every step). The ratio is ringflow's step time
 // over the faster of the two.
 #include <cmath>
 #include <cstdio>
@@ -419,7 +419,8 @@ int main(int argc, char** argv) {
           if (round == 0 || rf.step < r.rf.step) r.rf = rf;
           if (f.no_torch) continue;
           keep_faster(r.torch, run_torch(m, b, prec, f, false));
-          keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true));
+          // glibc's malloc settings matter for PyTorch's CPU tensors, not for CUDA's allocator.
+          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true));
         }
         f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
       }

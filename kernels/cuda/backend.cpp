@@ -34,6 +34,7 @@ const Backend* cuda_backend() {
     cuda::set_index_kernels(b);
     cuda::set_pool_kernels(b);
     cuda::set_batch_norm_kernels(b);
+    cuda::use_cudnn_batch_norm(b);  // training; the own kernels stay for what cuDNN does not take
     cuda::set_optimizer_kernels(b);
     b.matmul = cuda::matmul;
     cuda::set_conv_kernels(b);

@@ -26,6 +26,11 @@ void set_softmax_kernels(Backend& b);
 void set_index_kernels(Backend& b);
 void set_pool_kernels(Backend& b);
 void set_batch_norm_kernels(Backend& b);
+// Per channel, the biased variance from cuDNN's 1 / sqrt(var + eps) (to_var) or back.
+void batch_norm_convert_stats(const View& out, const View& in, double eps, bool to_var);
+// cudnn_batch_norm.cpp, in builds with cuDNN: training batch norm on cuDNN where it can take
+// the operands, the own kernels that `b` holds for the rest.
+void use_cudnn_batch_norm(Backend& b);
 void set_optimizer_kernels(Backend& b);
 void copy(const View& dst, const View& src);
 void fill(const View& dst, double value);

@@ -15,6 +15,7 @@
 #include "ringflow/kernels/cuda/check.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/cuda/cudnn_conv_plan.h"
+#include "ringflow/kernels/cuda/cudnn_descriptors.h"
 #include "ringflow/kernels/cuda/cudnn_handle.h"
 
 namespace ringflow::cuda {
@@ -23,31 +24,11 @@ namespace {
 // Workspace cuDNN may use per call, bytes: enough for the fast algorithms of VGG/ResNet layers.
 constexpr size_t kWorkspaceLimit = size_t{1} << 30;
 
-cudnnDataType_t data_type(DType dt) {
-  switch (dt) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: throw std::invalid_argument(std::string("cuda conv2d: no cuDNN type for ") + dtype_name(dt));
-  }
-}
-
 cudnnMathType_t math_type(DType dt, bool tf32) {
   if (dt == DType::f64) return CUDNN_DEFAULT_MATH;
   if (dt == DType::f32) return tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   return CUDNN_TENSOR_OP_MATH;
 }
-
-// alpha = 1, beta = 0 or 1 in the scaling type cuDNN wants (double for f64, else float).
-struct Scalars {
-  double d1 = 1, d0 = 0;
-  float f1 = 1, f0 = 0;
-  bool is_double;
-  explicit Scalars(DType dt) : is_double(dt == DType::f64) {}
-  const void* one() const { return is_double ? static_cast<const void*>(&d1) : &f1; }
-  const void* zero() const { return is_double ? static_cast<const void*>(&d0) : &f0; }
-};
 
 // Whether a 4-D view is laid out (N, H, W, C) in memory rather than (N, C, H, W).
 bool channels_last(const View& v) { return !v.is_contiguous() && v.is_channels_last(); }
@@ -105,25 +86,6 @@ View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
   return big;
 }
 
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const View& v) {
-    const TensorDims dims = *tensor_dims(v);
-    RF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
-    RF_CHECK_CUDNN(cudnnSetTensorNdDescriptor(d, data_type(v.dtype), 4, dims.sizes.data(), dims.strides.data()));
-  }
-  // (1, K, 1, 1) over a bias vector of stride s.
-  TensorDesc(const View& bias, int) {
-    const int K = static_cast<int>(bias.shape[0]), s = static_cast<int>(std::max<int64_t>(bias.strides[0], 1));
-    const int sizes[4] = {1, K, 1, 1}, strides[4] = {K * s, s, s, s};
-    RF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
-    RF_CHECK_CUDNN(cudnnSetTensorNdDescriptor(d, data_type(bias.dtype), 4, sizes, strides));
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
-
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
   explicit FilterDesc(const View& w) {
@@ -179,8 +141,14 @@ struct Call {
   }
 };
 
+// cuDNN ran none of its algorithms for a call (with FMA math alone it has none for some
+// channels-last shapes): the caller may try again in NCHW.
+struct NoAlgorithm : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 struct Chosen {
-  int algo;
+  int algo;  // -1: none qualified (cached, so that the search is not repeated)
   size_t workspace;
   cudnnMathType_t math;  // the candidate's: set on the descriptor before the call
 };
@@ -206,7 +174,10 @@ Chosen choose(const Call& call, const char* op, Find&& find) {
   static auto* cache = new std::map<ConvKey, Chosen>;  // never destroyed, as the handles
   {
     std::lock_guard lock(mutex);
-    if (const auto it = cache->find(call.key); it != cache->end()) return it->second;
+    if (const auto it = cache->find(call.key); it != cache->end()) {
+      if (it->second.algo < 0) throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm");
+      return it->second;
+    }
   }
   size_t free_bytes = 0, total = 0;
   RF_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
@@ -225,11 +196,14 @@ Chosen choose(const Call& call, const char* op, Find&& find) {
     maths[i] = results[i].mathType;
   }
   const auto best = choose_algorithm(candidates, count, call.key.dtype, call.key.tf32, limit);
-  if (!best)
-    throw std::runtime_error(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
+  if (!best) {
+    std::lock_guard lock(mutex);
+    cache->emplace(call.key, Chosen{-1, 0, CUDNN_DEFAULT_MATH});
+    throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
                              shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
                              dtype_name(call.x.dtype) + " (candidates: " +
                              describe_candidates(candidates, count) + ")");
+  }
   const Chosen chosen{best->algo, best->workspace, maths[best->index]};
   std::lock_guard lock(mutex);
   cache->emplace(call.key, chosen);
@@ -275,9 +249,8 @@ View filter_operand(const View& w, const View& x, std::optional<DeviceBuffer>& b
   return d;
 }
 
-void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
-                    const Conv2dParams& p) {
-  check_conv(x, w, y, p, "conv2d_forward");
+void forward_in(const View& y, const View& x, const View& w, const View* bias,
+                const Conv2dParams& p) {
   if (y.numel() == 0) return;
   const ConvPadding pad = conv_padding(p);
   std::optional<DeviceBuffer> xb, wb, yb;
@@ -307,8 +280,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   if (yv.data != y.data) copy(y, yv);
 }
 
-void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
-  check_conv(dx, w, dy, p, "conv2d_backward_data");
+void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
   if (dx.numel() == 0) return;
   const ConvPadding pad = conv_padding(p);
   std::optional<DeviceBuffer> dxb, dyb, wb;
@@ -339,9 +311,8 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   else if (dxv.data != dx.data) copy(dx, dxv);
 }
 
-void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
-                             const Conv2dParams& p) {
-  check_conv(x, dw, dy, p, "conv2d_backward_weights");
+void backward_weights_in(const View& dw, const View* db, const View& dy, const View& x,
+                         const Conv2dParams& p) {
   const ConvPadding pad = conv_padding(p);
   std::optional<DeviceBuffer> xb, dyb, dwb;
   const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
@@ -374,6 +345,40 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     const TensorDesc bd(*db, 0);
     RF_CHECK_CUDNN(cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data));
   }
+}
+
+// Runs `conv(anchor)`, the other operands following the anchor's layout; when cuDNN has no
+// algorithm for a channels-last anchor, again on an NCHW copy of it (an output: copied back).
+template <class Conv>
+void with_nchw_fallback(const View& anchor, bool is_output, Conv&& conv) {
+  try {
+    conv(anchor);
+    return;
+  } catch (const NoAlgorithm&) {
+    if (!channels_last(anchor)) throw;
+  }
+  std::optional<DeviceBuffer> buffer;
+  const View nchw = dense_like(anchor, buffer);
+  if (!is_output) copy(nchw, anchor);
+  conv(nchw);
+  if (is_output) copy(anchor, nchw);
+}
+
+void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
+                    const Conv2dParams& p) {
+  check_conv(x, w, y, p, "conv2d_forward");
+  with_nchw_fallback(x, false, [&](const View& xa) { forward_in(y, xa, w, bias, p); });
+}
+
+void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
+  check_conv(dx, w, dy, p, "conv2d_backward_data");
+  with_nchw_fallback(dx, true, [&](const View& dxa) { backward_data_in(dxa, dy, w, p); });
+}
+
+void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                             const Conv2dParams& p) {
+  check_conv(x, dw, dy, p, "conv2d_backward_weights");
+  with_nchw_fallback(x, false, [&](const View& xa) { backward_weights_in(dw, db, dy, xa, p); });
 }
 
 }  // namespace

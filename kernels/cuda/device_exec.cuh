@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
@@ -59,6 +60,11 @@ __global__ void __launch_bounds__(kBlock) rows_kernel(int64_t rows, F f) {
 }
 
 struct DeviceExec {
+  // Device memory of `bytes` from the caching allocator that a later kernel reads; freed in
+  // stream order, as every allocation (Note [CUDA streams] in cuda_kernels.h).
+  static Workspace workspace(size_t bytes) {
+    return std::shared_ptr<void>(cuda::allocate(bytes), [](void* p) { cuda::deallocate(p, 0); });
+  }
   template <class F>
   void elementwise(int64_t n, const F& f) const {
     if (n <= 0) return;

@@ -7,4 +7,8 @@ namespace ringflow::cuda {
 
 void set_batch_norm_kernels(Backend& b) { simt::set_batch_norm_kernels<simt::DeviceExec>(b); }
 
+void batch_norm_convert_stats(const View& out, const View& in, double eps, bool to_var) {
+  simt::batch_norm_convert_stats(simt::DeviceExec{}, out, in, eps, to_var);
+}
+
 }  // namespace ringflow::cuda

@@ -204,6 +204,28 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
   });
 }
 
+// cuDNN keeps 1 / sqrt(var + eps) of a batch where this table's interface keeps the biased
+// variance: per channel, one from the other (to_var: var from invstd, else invstd from var).
+struct InvstdVarBody {
+  ChannelVector out, in;
+  double eps;
+  bool to_var;
+  RF_HD void operator()(int64_t c) const {
+    const double v = in.get(c, 1.0);
+    out.set(c, to_var ? 1.0 / (v * v) - eps : 1.0 / simt::sqrt(v + eps));
+  }
+};
+
+template <class Exec>
+void batch_norm_convert_stats(const Exec& exec, const View& out, const View& in, double eps, bool to_var) {
+  const char* op = "batch_norm_convert_stats";
+  check(in.dim() == 1 && out.shape == in.shape, op, "out " + shape_str(out.shape) + " and in " +
+                                                        shape_str(in.shape) + " must be the same vector");
+  const int64_t C = in.shape[0];
+  exec.elementwise(C, InvstdVarBody{channel_vector(&out, C, op, "out"), channel_vector(&in, C, op, "in"),
+                                    eps, to_var});
+}
+
 template <class Exec>
 void set_batch_norm_kernels(Backend& b) {
   b.batch_norm_forward_train = [](const View& y, const View& mean, const View& var,

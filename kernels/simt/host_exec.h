@@ -9,8 +9,11 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <new>
 
 #include "ringflow/kernels/simt/simt.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow::simt {
 
@@ -39,6 +42,10 @@ struct HostBlock {
 };
 
 struct HostExec {
+  // Memory of `bytes` that a later kernel of this table reads (e.g. max pooling's argmax).
+  static Workspace workspace(size_t bytes) {
+    return std::shared_ptr<void>(::operator new(bytes), [](void* p) { ::operator delete(p); });
+  }
   // f(i) for i in [0, n): blocks_for(n) blocks of kBlock threads, grid-stride.
   template <class F>
   void elementwise(int64_t n, const F& f) const {

@@ -1,0 +1,8 @@
+// Builds without cuDNN: batch norm stays on the own kernels (convolutions too: simt_conv.cu).
+#include "ringflow/kernels/cuda/cuda_kernels.h"
+
+namespace ringflow::cuda {
+
+void use_cudnn_batch_norm(Backend&) {}
+
+}  // namespace ringflow::cuda
