@@ -34,6 +34,11 @@ namespace {
 constexpr const char* kFixture = "model_parity.safetensors";
 constexpr const char* kScript = "make_model_parity.py";
 constexpr double kTol = 1e-4;
+// On a GPU: PyTorch's own f32 steps there (cuDNN's fastest algorithms, TF32 off) lie about
+// as far from the f64 reference as kTol, ringflow's up to a few times that, as the
+// algorithms cuDNN's timing picks vary (README, "What only a GPU checks";
+// make_model_parity.py --deviation-on cuda measures PyTorch's).
+constexpr double kCudaTol = 5e-4;
 
 // make_model_parity.py's hash_uniform: u in [-1, 1) for elements 0..n-1 of entry k.
 std::vector<double> hash_uniform(int64_t n, int64_t k) {
@@ -93,7 +98,7 @@ struct Worst {
 };
 
 // Compares tensor `got` with the fixture's summaries "<name>.*".
-void compare(const Tensor& got, const SafetensorsFile& f, const std::string& name,
+void compare(const Tensor& got, const SafetensorsFile& f, const std::string& name, double tol,
              Worst* worst) {
   if (!got.defined()) {
     CHECK_MESSAGE(false, name << ": no tensor (no gradient reached it?)");
@@ -105,7 +110,7 @@ void compare(const Tensor& got, const SafetensorsFile& f, const std::string& nam
   for (double i : idx) samples.push_back(g.at(static_cast<size_t>(i)));
   const Tensor want = f.at(name + ".val");
   worst->samples = std::max(
-      worst->samples, check_close(from_vector(samples, want.shape(), DType::f64), want, kTol,
+      worst->samples, check_close(from_vector(samples, want.shape(), DType::f64), want, tol,
                                   /*floor=*/0, name + " (sampled elements)"));
   double sum = 0, l2 = 0;
   for (double x : g) {
@@ -117,8 +122,8 @@ void compare(const Tensor& got, const SafetensorsFile& f, const std::string& nam
   const double want_l2 = f.at(name + ".l2").item();
   const double e_l2 = want_l2 == 0 ? std::fabs(l2) : std::fabs(l2 - want_l2) / want_l2;
   const double e_sum = want_l1 == 0 ? std::fabs(sum) : std::fabs(sum - want_sum) / want_l1;
-  CHECK_MESSAGE(e_l2 <= kTol, name << ": L2 norm " << l2 << " vs PyTorch's " << want_l2);
-  CHECK_MESSAGE(e_sum <= kTol, name << ": sum " << sum << " vs PyTorch's " << want_sum
+  CHECK_MESSAGE(e_l2 <= tol, name << ": L2 norm " << l2 << " vs PyTorch's " << want_l2);
+  CHECK_MESSAGE(e_sum <= tol, name << ": sum " << sum << " vs PyTorch's " << want_sum
                                     << " (L1 norm " << want_l1 << ")");
   worst->l2 = std::max(worst->l2, e_l2);
   worst->sum = std::max(worst->sum, e_sum);
@@ -130,6 +135,7 @@ void check_model(const std::string& model_name, const Backend* table = nullptr,
   std::optional<KernelTableGuard> guard;
   if (table) guard.emplace(*table);
   const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+  const double tol = device.is_cuda() ? kCudaTol : kTol;
   const auto start = std::chrono::steady_clock::now();
   const std::string p = model_name + ".";
   const int64_t batch = std::stoll(f.metadata.at("batch"));
@@ -156,7 +162,7 @@ void check_model(const std::string& model_name, const Backend* table = nullptr,
     if (step == 0) {
       const double want = f.at(p + "loss").item();
       const double e = std::fabs(loss.item() - want) / std::fabs(want);
-      CHECK_MESSAGE(e <= kTol, model_name << ": loss " << loss.item() << " vs PyTorch's " << want);
+      CHECK_MESSAGE(e <= tol, model_name << ": loss " << loss.item() << " vs PyTorch's " << want);
       MESSAGE(model_name << ": loss " << loss.item() << ", relative deviation " << e);
       Worst worst;
       double zero_worst = 0;
@@ -168,12 +174,12 @@ void check_model(const std::string& model_name, const Backend* table = nullptr,
           for (double v : f.at(weight + ".val").to_vector<double>())
             scale = std::max(scale, std::fabs(v));
           for (double v : param.grad().to_vector<double>()) got = std::max(got, std::fabs(v));
-          CHECK_MESSAGE(got <= kTol * scale, name << ": 0 in exact arithmetic, but " << got
+          CHECK_MESSAGE(got <= tol * scale, name << ": 0 in exact arithmetic, but " << got
                                                   << " against the weight's " << scale);
           zero_worst = std::max(zero_worst, got / scale);
           continue;
         }
-        compare(param.grad(), f, name, &worst);
+        compare(param.grad(), f, name, tol, &worst);
       }
       worst.report(model_name + " step 1 gradients");
       if (zero_worst > 0)
@@ -183,7 +189,7 @@ void check_model(const std::string& model_name, const Backend* table = nullptr,
     sgd.step();
   }
   Worst worst;
-  for (const auto& [key, t] : model->state_dict()) compare(t, f, p + "final." + key, &worst);
+  for (const auto& [key, t] : model->state_dict()) compare(t, f, p + "final." + key, tol, &worst);
   worst.report(model_name + " after " + std::to_string(steps) + " steps");
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   MESSAGE(model_name << ": " << steps << " steps in " << took.count() << " s");

@@ -343,7 +343,18 @@ void backward_weights_in(const View& dw, const View* db, const View& dy, const V
       throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db->shape) +
                                   " " + dtype_name(db->dtype) + " for dy " + shape_str(dy.shape));
     const TensorDesc bd(*db, 0);
-    RF_CHECK_CUDNN(cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data));
+    const cudnnStatus_t status =
+        cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data);
+    if (status == CUDNN_STATUS_NOT_SUPPORTED) {
+      // cuDNN 9 refuses some shapes (a (1, 1, 1, 1) dy on an H100): the own sum over N, H, W.
+      View out = *db;
+      const int64_t K = db->shape[0], s1 = db->strides[0];
+      out.shape = {1, K, 1, 1};
+      out.strides = {K * s1, s1, s1, s1};
+      cuda_backend()->reduce(ReduceOp::sum, out, dyv);
+    } else {
+      RF_CHECK_CUDNN(status);
+    }
   }
 }
 
