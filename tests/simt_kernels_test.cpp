@@ -7,9 +7,12 @@
 // models use is missing. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/simt/batch_norm.h"
 #include "ringflow/kernels/simt/conv.h"
 #include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/kernels/simt/host_exec.h"
@@ -35,6 +38,33 @@ TEST_CASE("pooling, batch norm, softmax: the sweeps, every floating dtype") {
   CHECK(sweep_pooling(simt(), kFloats));
   CHECK(sweep_batch_norm(simt(), kFloats));
   CHECK(sweep_softmax(simt(), kFloats));
+}
+
+// cuDNN's batch norm saves 1 / sqrt(var + eps) where the table keeps var (cudnn_batch_norm.cpp):
+// the own kernel that converts, against the formula in f64, both ways and round trip.
+TEST_CASE("batch norm statistics: the biased variance from 1/sqrt(var + eps) and back") {
+  const double eps = 1e-5;
+  const std::vector<double> var = {0.0, 1e-7, 1e-5, 0.25, 1.0, 3.5, 1e4};
+  const int64_t C = static_cast<int64_t>(var.size());
+  std::vector<float> v32(var.begin(), var.end()), inv(C), back(C);
+  View vv{v32.data(), DType::f32, {C}, {1}}, iv{inv.data(), DType::f32, {C}, {1}},
+      bv{back.data(), DType::f32, {C}, {1}};
+  simt::batch_norm_convert_stats(simt::HostExec{}, iv, vv, eps, /*to_var=*/false);
+  simt::batch_norm_convert_stats(simt::HostExec{}, bv, iv, eps, /*to_var=*/true);
+  for (int64_t c = 0; c < C; ++c) {
+    const double want = 1 / std::sqrt(static_cast<double>(v32[c]) + eps);
+    CHECK(inv[c] == doctest::Approx(want).epsilon(1e-6));
+    // var comes back to within f32's rounding of var + eps (the eps is subtracted again).
+    CHECK(std::fabs(back[c] - v32[c]) <= 4e-7 * (v32[c] + eps));
+  }
+  // A strided output and an f64 vector take the same path.
+  std::vector<double> inv64(2 * C, -1.0);
+  View iv64{inv64.data(), DType::f64, {C}, {2}};
+  simt::batch_norm_convert_stats(simt::HostExec{}, iv64, vv, eps, /*to_var=*/false);
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(inv64[2 * c] == doctest::Approx(1 / std::sqrt(static_cast<double>(v32[c]) + eps)).epsilon(1e-12));
+    CHECK(inv64[2 * c + 1] == -1.0);
+  }
 }
 
 TEST_CASE("unary, binary, where, copy, fill, reduce: the sweeps, every dtype") {

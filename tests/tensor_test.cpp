@@ -1,8 +1,11 @@
 // Tensor basics: views share storage, creation, layouts, dtype and broadcasting semantics,
 // reductions, matmul, cat and gather. Expected values are computed here with plain loops
 // over the input values, independently of the kernels.
+#include <map>
 #include <sstream>
+#include <string>
 
+#include "ringflow/framework/op_profile.h"
 #include "ringflow/tests/testing.h"
 
 using namespace ringflow;
@@ -201,4 +204,24 @@ TEST_CASE("copy_ refuses overlapping source and destination, and a repeating des
   Tensor row = zeros({1, 3}, DType::f32);
   CHECK_THROWS_WITH(row.expand({4, 3}).copy_(ones({4, 3}, DType::f32)),
                     doctest::Contains("refers to a single memory location"));
+}
+
+TEST_CASE("op profiling counts each kernel call under its op's name, only while on") {
+  const Tensor a = seeded({4, 5}, 1), b = seeded({4, 5}, 2);
+  reset_op_times();
+  (void)(a + b);  // not profiled
+  set_op_profiling(true);
+  (void)relu(a + b);
+  (void)(a + b);
+  set_op_profiling(false);
+  (void)(a + b);
+  std::map<std::string, OpTime> by_name;
+  for (const OpTime& t : op_times()) by_name[t.op] = t;
+  REQUIRE(by_name.count("add") == 1);
+  CHECK(by_name.at("add").calls == 2);
+  REQUIRE(by_name.count("relu") == 1);
+  CHECK(by_name.at("relu").calls == 1);
+  CHECK(by_name.at("add").total_ms >= 0);
+  reset_op_times();
+  CHECK(op_times().empty());
 }
