@@ -29,6 +29,7 @@
 #include "ringflow/apps/gradient_sync.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
+#include "ringflow/apps/step_memory.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
 #include "ringflow/framework/ringflow.h"
@@ -146,6 +147,7 @@ class Trainer {
 
  private:
   void set_threads_and_batch();
+  void check_memory();
   void make_data_and_model();
   void resume();
   void set_steps();
@@ -196,6 +198,7 @@ Trainer::Trainer(const Flags& f)
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
   make_data_and_model();
+  check_memory();
   resume();
   // Collective from here on: rank 0's state everywhere.
   sync_ = std::make_unique<GradientSync>(
@@ -236,6 +239,23 @@ void Trainer::set_threads_and_batch() {
     local_batch_ = f_.global_batch / per_step;
   }
   global_batch_ = local_batch_ * world_ * f_.grad_accum;
+}
+
+// Before the first step: on the CPU, the step's measured estimate (the largest over the
+// ranks, so that all decide alike) against what this host has for its ranks.
+void Trainer::check_memory() {
+  if (f_.no_memory_check || !setup_.device.device.is_cpu()) return;
+  const StepMemory m = measure_step_memory(f_.model, precision_dtype(f_.precision));
+  const double params = m.parameter_bytes;
+  // The optimizer's momentum, DDP's buckets and the loader's batches in flight come on top.
+  const int64_t image = shape_numel(models::model_input_shape(f_.model)) * 4;
+  const double need = m.at(local_batch_) + (f_.momentum != 0 ? params : 0) +
+                      (mode_ == SyncMode::none ? 0 : params) +
+                      static_cast<double>((f_.workers + 1) * local_batch_ * image);
+  const double worst = -min_over_ranks(-need, pg_, comm_timeout_);
+  check_step_memory(worst, m, local_batch_, setup_.node.local_size, available_host_memory(), f_.model,
+                    f_.global_batch > 0 ? fmt::format("--global-batch {}", f_.global_batch)
+                                        : fmt::format("--batch-size {}", f_.batch_size));
 }
 
 void Trainer::make_data_and_model() {

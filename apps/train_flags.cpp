@@ -82,6 +82,8 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
+  app.add_flag("--no-memory-check", f.no_memory_check, "train even where the step's measured memory "
+               "estimate (CPU) exceeds what the host has available");
   app.add_option("--precision", f.precision, "fp32, or bf16 / fp16: mixed precision (autocast: "
                  "convolutions and linear layers in 16 bits with f32 accumulation, the rest and "
                  "the master weights in f32; fp16 with dynamic loss scaling)")->capture_default_str()

@@ -26,6 +26,7 @@ struct Flags {
   int64_t max_iters = 0;
   int eval_every = 1;
   int workers = 1;
+  bool no_memory_check = false;  // train even where the step's memory estimate exceeds the host's
   std::string checkpoint, resume, metrics, trace;
   bool resume_model_only = false;
   // Data parallelism.

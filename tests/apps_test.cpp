@@ -282,6 +282,9 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},
       {"--bucket-cap-mb fast", "--bucket-cap-mb: 'fast' is neither a number >= 0 nor auto"},
       {"--bucket-cap-mb -1", "--bucket-cap-mb: '-1' is neither a number >= 0 nor auto"},
+      // ~100 MiB per 224x224 image: more than any host has, refused before the first step.
+      {"--model resnet50 --dataset synthetic --batch-size 10000",
+       "--batch-size 10000: a training step of resnet50 needs up to about"},
   };
   for (const auto& c : cases) {
     const Result r = run_train(c.args);

@@ -48,6 +48,7 @@ void* cpu_allocate(size_t nbytes) {
     std::lock_guard lock(c.mutex);
     c.stats.allocated += size;
     c.stats.peak_allocated = std::max(c.stats.peak_allocated, c.stats.allocated);
+    c.stats.peak_resident = std::max(c.stats.peak_resident, c.stats.allocated + c.stats.cached);
     if (size >= kCacheThreshold && c.caching) {
       // The most recently freed block of this size (equal keys keep insertion order): its
       // lines are the likeliest to be still in cache. Taking the oldest instead would
@@ -86,6 +87,13 @@ CpuAllocatorStats cpu_allocator_stats() {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   return c.stats;
+}
+
+void cpu_allocator_reset_peak() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  c.stats.peak_allocated = c.stats.allocated;
+  c.stats.peak_resident = c.stats.allocated + c.stats.cached;
 }
 
 void cpu_allocator_release_cache() {
