@@ -30,9 +30,14 @@ for header in $(cd "$include" && find ringflow -name '*.h'); do
 done
 [ "$missing" -eq 0 ]
 
+# A library built with the sanitizers (./dev test --sanitize) wants programs built with them.
+cxxflags=-O2
+for lib in "$(dirname "$(dirname "$pc")")"/libringflow*.so; do
+  ldd "$lib" 2>/dev/null | grep -q libasan && cxxflags="-O2 -fsanitize=address,undefined"
+done
 for example in custom_layer data_parallel; do
   cp -r "$src/examples/$example" "$tmp/$example"
-  make -s -C "$tmp/$example"
+  make -s -C "$tmp/$example" CXXFLAGS="$cxxflags"
 done
 
 export LD_LIBRARY_PATH="$(dirname "$(dirname "$pc")")" OMP_NUM_THREADS=1
