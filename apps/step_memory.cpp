@@ -15,7 +15,8 @@
 namespace ringflow::apps {
 namespace {
 
-// Peak bytes allocated during one forward and backward of `model` on `batch` random images.
+// The bytes that one forward and backward of `model` on `batch` random images allocates at
+// its peak, on top of what was allocated before.
 double step_peak(nn::Module& model, const std::string& name, int64_t batch, DType precision) {
   Generator gen(1);
   Shape shape{batch};
@@ -24,6 +25,9 @@ double step_peak(nn::Module& model, const std::string& name, int64_t batch, DTyp
   const Tensor y = zeros({batch}, DType::i64);
   model.zero_grad(/*set_to_none=*/true);
   cpu_allocator_reset_peak();
+  // What is allocated already (the probe's weights and input, the run's data and model,
+  // which MemAvailable has already taken away) is not the step's.
+  const double before = static_cast<double>(cpu_allocator_stats().allocated);
   {
     Tensor loss;
     {
@@ -33,7 +37,7 @@ double step_peak(nn::Module& model, const std::string& name, int64_t batch, DTyp
     }
     loss.backward();
   }
-  return static_cast<double>(cpu_allocator_stats().peak_allocated);
+  return static_cast<double>(cpu_allocator_stats().peak_allocated) - before;
 }
 
 std::optional<double> read_number(const std::string& path) {
@@ -92,8 +96,8 @@ void check_step_memory(double need, const StepMemory& m, int64_t batch, int rank
   if (available <= 0 || need * ranks_here <= available) return;
   throw std::invalid_argument(fmt::format(
       "{}: a training step of {} needs up to about {} per rank ({:.2f} MiB of activations per "
-      "image x {}, twice for the allocator's cache, + {} of weights, gradients, optimizer "
-      "state and batches in flight){}, more than the {} this host has available; lower it, or "
+      "image x {}, twice for the allocator's cache, + {} of gradients, optimizer state and "
+      "batches in flight){}, more than the {} this host has available; lower it, or "
       "pass --no-memory-check to try anyway",
       flag, model, gib(need), m.per_image_bytes / (1 << 20), batch, gib(need - m.activations(batch)),
       ranks_here > 1 ? fmt::format(", x {} ranks on this host", ranks_here) : "", gib(available)));

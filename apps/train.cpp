@@ -241,21 +241,36 @@ void Trainer::set_threads_and_batch() {
   global_batch_ = local_batch_ * world_ * f_.grad_accum;
 }
 
-// Before the first step: on the CPU, the step's measured estimate (the largest over the
-// ranks, so that all decide alike) against what this host has for its ranks.
+// Before the first step: on the CPU, the step's measured estimate against what this host has
+// for its ranks. Every rank takes part in the decision (a rank on a GPU says "fits"), so
+// that all stop when one would not fit instead of the others waiting for it.
 void Trainer::check_memory() {
-  if (f_.no_memory_check || !setup_.device.device.is_cpu()) return;
-  const StepMemory m = measure_step_memory(f_.model, precision_dtype(f_.precision));
-  const double params = m.parameter_bytes;
-  // The optimizer's momentum, DDP's buckets and the loader's batches in flight come on top.
-  const int64_t image = shape_numel(models::model_input_shape(f_.model)) * 4;
-  const double need = m.at(local_batch_) + (f_.momentum != 0 ? params : 0) +
-                      (mode_ == SyncMode::none ? 0 : params) +
-                      static_cast<double>((f_.workers + 1) * local_batch_ * image);
-  const double worst = -min_over_ranks(-need, pg_, comm_timeout_);
-  check_step_memory(worst, m, local_batch_, setup_.node.local_size, available_host_memory(), f_.model,
-                    f_.global_batch > 0 ? fmt::format("--global-batch {}", f_.global_batch)
-                                        : fmt::format("--batch-size {}", f_.batch_size));
+  if (f_.no_memory_check) return;
+  double fits = 1;
+  std::string why;
+  if (setup_.device.device.is_cpu()) {
+    const StepMemory m = measure_step_memory(f_.model, precision_dtype(f_.precision));
+    // The optimizer's momentum, DDP's buckets and the loader's batches in flight come on top.
+    const double params = m.parameter_bytes;
+    const int64_t image = shape_numel(models::model_input_shape(f_.model)) * 4;
+    const double need = m.at(local_batch_) + (f_.momentum != 0 ? params : 0) +
+                        (mode_ == SyncMode::none ? 0 : params) +
+                        static_cast<double>((f_.workers + 1) * local_batch_ * image);
+    try {
+      check_step_memory(need, m, local_batch_, setup_.node.local_size, available_host_memory(), f_.model,
+                        f_.global_batch > 0 ? fmt::format("--global-batch {}", f_.global_batch)
+                                            : fmt::format("--batch-size {}", f_.batch_size));
+    } catch (const std::invalid_argument& e) {
+      fits = 0;
+      why = e.what();
+    }
+  }
+  if (min_over_ranks(fits, pg_, comm_timeout_) == 1) return;
+  throw std::invalid_argument(
+      !why.empty() ? why
+                   : fmt::format("--batch-size {}: another rank's training step does not fit in its "
+                                 "host's memory (its message says by how much); lower it, or pass "
+                                 "--no-memory-check", f_.batch_size));
 }
 
 void Trainer::make_data_and_model() {

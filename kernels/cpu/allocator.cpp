@@ -48,7 +48,6 @@ void* cpu_allocate(size_t nbytes) {
     std::lock_guard lock(c.mutex);
     c.stats.allocated += size;
     c.stats.peak_allocated = std::max(c.stats.peak_allocated, c.stats.allocated);
-    c.stats.peak_resident = std::max(c.stats.peak_resident, c.stats.allocated + c.stats.cached);
     if (size >= kCacheThreshold && c.caching) {
       // The most recently freed block of this size (equal keys keep insertion order): its
       // lines are the likeliest to be still in cache. Taking the oldest instead would
@@ -59,10 +58,11 @@ void* cpu_allocate(size_t nbytes) {
         void* p = it->second;
         c.free_blocks.erase(it);
         c.stats.cached -= size;
-        return p;
+        return p;  // allocated + cached is unchanged
       }
     }
     if (size >= kCacheThreshold) ++c.stats.large_system_allocs;
+    c.stats.peak_resident = std::max(c.stats.peak_resident, c.stats.allocated + c.stats.cached);
   }
   return system_allocate(size);
 }

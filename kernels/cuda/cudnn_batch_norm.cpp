@@ -76,9 +76,12 @@ void forward_train(const View& y, const View& mean, const View& var, const View&
   const Scalars s(x.dtype);
   StatsBuffer invstd(var);
   // No running statistics here (factor 0, null): the framework updates them from mean and var.
-  RF_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
+  const cudnnStatus_t status = cudnnBatchNormalizationForwardTraining(
       cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), xd.d, x.data, xd.d, y.data, pd.d,
-      gamma->data, beta->data, 0.0, nullptr, nullptr, eps, mean.data, invstd.view.data));
+      gamma->data, beta->data, 0.0, nullptr, nullptr, eps, mean.data, invstd.view.data);
+  // A shape or dtype cuDNN refuses has written nothing: the own kernels take it.
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return own_forward_train(y, mean, var, x, gamma, beta, eps);
+  RF_CHECK_CUDNN(status);
   batch_norm_convert_stats(var, invstd.view, eps, /*to_var=*/true);
 }
 
@@ -96,10 +99,12 @@ void backward(const View& dx, const View* dgamma, const View* dbeta, const View&
   std::optional<StatsBuffer> no_dgamma, no_dbeta;
   if (!dgamma) no_dgamma.emplace(var);
   if (!dbeta) no_dbeta.emplace(var);
-  RF_CHECK_CUDNN(cudnnBatchNormalizationBackward(
+  const cudnnStatus_t status = cudnnBatchNormalizationBackward(
       cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), s.one(), s.zero(), xd.d, x.data,
       xd.d, dy.data, xd.d, dx.data, pd.d, gamma->data, dgamma ? dgamma->data : no_dgamma->view.data,
-      dbeta ? dbeta->data : no_dbeta->view.data, eps, mean.data, invstd.view.data));
+      dbeta ? dbeta->data : no_dbeta->view.data, eps, mean.data, invstd.view.data);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+  RF_CHECK_CUDNN(status);
 }
 
 }  // namespace

@@ -197,8 +197,10 @@ Chosen choose(const Call& call, const char* op, Find&& find) {
   }
   const auto best = choose_algorithm(candidates, count, call.key.dtype, call.key.tf32, limit);
   if (!best) {
+    // Remembered only when the search had the whole workspace: with less (memory was short)
+    // a later call searches again.
     std::lock_guard lock(mutex);
-    cache->emplace(call.key, Chosen{-1, 0, CUDNN_DEFAULT_MATH});
+    if (limit == kWorkspaceLimit) cache->emplace(call.key, Chosen{-1, 0, CUDNN_DEFAULT_MATH});
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
                              shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
                              dtype_name(call.x.dtype) + " (candidates: " +

@@ -212,7 +212,9 @@ struct InvstdVarBody {
   bool to_var;
   RF_HD void operator()(int64_t c) const {
     const double v = in.get(c, 1.0);
-    out.set(c, to_var ? 1.0 / (v * v) - eps : 1.0 / simt::sqrt(v + eps));
+    // A constant channel's variance (0) may come back a rounding below 0: clamped.
+    const double var = 1.0 / (v * v) - eps;
+    out.set(c, to_var ? (var > 0 ? var : 0.0) : 1.0 / simt::sqrt(v + eps));
   }
 };
 
