@@ -1,10 +1,11 @@
 // Automatic mixed precision, as torch.autocast: inside an AutocastGuard, convolutions,
 // linear layers and matmuls cast their f32 operands to a 16-bit dtype and run in it (the
-// kernels accumulate in f32), while batch norm, softmax, log-softmax (and with it the
-// losses) and sum/mean cast 16-bit operands up and run in f32. Parameters stay f32 (the
-// master weights the optimizer updates); the casts are differentiable, so each parameter's
-// gradient arrives in f32. Per thread; backward runs with autocast off (its ops keep the
-// dtypes of the forward's).
+// kernels accumulate in f32), while softmax, log-softmax (and with it the losses) and
+// sum/mean cast 16-bit operands up and run in f32; batch norm keeps its input's dtype
+// (statistics and running buffers in f32), and other ops run in the dtype that arrives.
+// Parameters stay f32 (the master weights the optimizer updates); the casts are
+// differentiable, so each parameter's gradient arrives in f32. Per thread; backward runs
+// with autocast off (its ops keep the dtypes of the forward's).
 #pragma once
 
 #include "ringflow/kernels/dtype.h"

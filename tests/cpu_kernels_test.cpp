@@ -1,7 +1,7 @@
 // cpu_backend() against reference_backend(): every overridden kernel over a shape sweep
-// with sizes 1, odd and prime, NCHW and channels-last operands, f32 (and bf16 where
-// oneDNN takes it, f16 for convolutions, matmul and copies); plus the oneDNN caches (no rebuilt primitive on a repeated call,
-// weights reordered again when the version changes). Timing never decides a test.
+// with sizes 1, odd and prime, NCHW and channels-last operands, f32, bf16 and f16 (f16
+// widened to f32 inside the kernels); plus the oneDNN caches (no rebuilt primitive on a
+// repeated call, weights reordered again when the version changes). Timing never decides a test.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -91,17 +91,17 @@ TEST_CASE("matmul: batched, transposed strides, batch broadcast, bf16, f16") {
 }
 
 // ---------------------------------------------------------------- the shared sweeps
-TEST_CASE("max / avg pooling with ceil_mode and count_include_pad match the reference") {
-  CHECK(sweep_pooling(cpu(), {DType::f32, DType::bf16}));
+TEST_CASE("max / avg / adaptive pooling with ceil_mode and count_include_pad match the reference") {
+  CHECK(sweep_pooling(cpu(), {DType::f32, DType::bf16, DType::f16}));
 }
 TEST_CASE("batch norm train / eval / backward match the reference") {
-  CHECK(sweep_batch_norm(cpu(), {DType::f32, DType::bf16}));
+  CHECK(sweep_batch_norm(cpu(), {DType::f32, DType::bf16, DType::f16}));
 }
 TEST_CASE("softmax / log-softmax forward and backward match the reference") {
   CHECK(sweep_softmax(cpu(), {DType::f32, DType::bf16}));
 }
 TEST_CASE("unary / binary / where over same-layout, per-channel and scalar operands") {
-  CHECK(sweep_elementwise(cpu(), {DType::f32}));
+  CHECK(sweep_elementwise(cpu(), {DType::f32, DType::bf16, DType::f16}));
 }
 TEST_CASE("copy (relayout, dtype conversion) and fill") {
   CHECK(sweep_copy(cpu(), {DType::f32, DType::bf16, DType::f16, DType::i64}));

@@ -247,21 +247,25 @@ inline bool sweep_conv(const Backend& k, const std::vector<DType>& dtypes, bool 
       }
     }
   }
-  // Sizes 1 and odd spatial sizes with 1x1 and 3x3, channels-last, explicitly.
-  for (int64_t H : {1, 5, 7, 13}) {
-    for (int64_t C : {1, 3, 16, 17}) {
-      ConvCase c{3, C, 17, H, H, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
+  // Sizes 1 and odd spatial sizes with 3x3, channels-last, explicitly (f32 and bf16: the
+  // CPU's im2col backward-weights takes both).
+  for (DType dt : dtypes) {
+    if (dt != DType::f32 && dt != DType::bf16) continue;
+    for (int64_t H : {1, 5, 7, 13}) {
+      for (int64_t C : {1, 3, 16, 17}) {
+        ConvCase c{3, C, 17, H, H, 3, 3, {}, Layout::nhwc, Layout::nhwc, dt};
+        c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+        ++cases;
+        if (!check_conv(k, c, rng)) ++failed;
+      }
+    }
+    // Large enough that the im2col backward-weights (conv_gemm.cpp) runs in two chunks.
+    if (large) {
+      ConvCase c{dt == DType::bf16 ? 64 : 40, 512, 8, 4, 4, 3, 3, {}, Layout::nhwc, Layout::nhwc, dt};
       c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
       ++cases;
       if (!check_conv(k, c, rng)) ++failed;
     }
-  }
-  // Large enough that im2col + sgemm backward-weights (conv_gemm.cpp) runs in two chunks.
-  if (large) {
-    ConvCase c{40, 512, 8, 4, 4, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::f32};
-    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
-    ++cases;
-    if (!check_conv(k, c, rng)) ++failed;
   }
   MESSAGE(cases << " conv cases");
   return failed == 0;
@@ -315,6 +319,29 @@ inline bool sweep_pooling(const Backend& k, const std::vector<DType>& dtypes) {
             }
           }
         }
+      }
+    }
+  }
+  // Adaptive average pooling: bins that tile the input evenly (the CPU's oneDNN path) and
+  // uneven ones (PyTorch's overlapping bins).
+  const int64_t sizes[][4] = {{4, 4, 1, 1}, {8, 6, 2, 3}, {7, 5, 3, 2}, {6, 6, 6, 6}, {5, 9, 5, 3}};
+  for (DType dt : dtypes) {
+    for (auto& z : sizes) {
+      for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+        const int64_t N = 3, C = 17;
+        const std::string name = "adaptive " + shape_str({z[0], z[1]}) + " -> " +
+                                 shape_str({z[2], z[3]}) + " " + layout_name(lay) + " " + dtype_name(dt);
+        Buf x = random({N, C, z[0], z[1]}, dt, lay, rng), dy = random({N, C, z[2], z[3]}, dt, lay, rng);
+        Buf y1 = make({N, C, z[2], z[3]}, dt, lay), y2 = like(y1), dx1 = like(x), dx2 = like(x);
+        const double terms = double(z[0] * z[1]);
+        k.adaptive_avg_pool2d_forward(y1.v, x.v);
+        reference_backend().adaptive_avg_pool2d_forward(y2.v, x.v);
+        bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms), "fwd " + name);
+        k.adaptive_avg_pool2d_backward(dx1.v, dy.v);
+        reference_backend().adaptive_avg_pool2d_backward(dx2.v, dy.v);
+        ok &= close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, terms), "bwd " + name);
+        ++cases;
+        if (!ok) ++failed;
       }
     }
   }

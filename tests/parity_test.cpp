@@ -175,3 +175,28 @@ TEST_CASE("autocast off inside an autocast scope: the f32 step, bit for bit") {
   CHECK_THROWS_WITH_AS(AutocastGuard(DType::f32), doctest::Contains("bf16 or f16"),
                        std::invalid_argument);
 }
+
+// The dtypes each op gives under autocast: torch.autocast's CPU lists (conv2d and linear in
+// 16 bits; batch norm, relu and pooling in the dtype that arrives, batch-norm statistics in
+// f32), except that log_softmax and sum run in f32 here, as issue 14 asks.
+TEST_CASE("autocast: which ops run in which dtype") {
+  for (const DType low : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(low));
+    Tensor x = randn({2, 3, 4, 4}), w = randn({5, 3, 3, 3}), fw = randn({2, 5});
+    Tensor rm = zeros({5}), rv = ones({5}), gamma = ones({5}), beta = zeros({5});
+    AutocastGuard amp(low);
+    const Tensor y = conv2d(x, w, Tensor(), conv2d_params({1, 1}, {1, 1}));
+    CHECK(y.dtype() == low);
+    const Tensor z = batch_norm(y, rm, rv, gamma, beta, /*training=*/true, 0.1, 1e-5);
+    CHECK(z.dtype() == low);
+    CHECK(rm.dtype() == DType::f32);
+    const Tensor r = relu(z);
+    CHECK(r.dtype() == low);
+    const Tensor p = adaptive_avg_pool2d(max_pool2d(r, pool2d_params({2, 2})), {1, 1});
+    CHECK(p.dtype() == low);
+    const Tensor logits = linear(flatten(p, 1), fw, Tensor());
+    CHECK(logits.dtype() == low);
+    CHECK(log_softmax(logits, 1).dtype() == DType::f32);
+    CHECK(sum(r, {0, 1, 2, 3}).dtype() == DType::f32);
+  }
+}

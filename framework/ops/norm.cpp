@@ -1,6 +1,5 @@
 // Batch normalisation (PyTorch's F.batch_norm): batch statistics and running-stat updates
 // in training, running statistics in eval.
-#include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -38,7 +37,9 @@ Shape non_channel_dims(const Tensor& x) {
 Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
-  const Tensor x = autocast_to_f32(x_in);  // statistics in f32
+  // Under autocast x keeps its 16 bits, as in torch.autocast; the statistics, the running
+  // buffers and gamma/beta stay f32 (the kernels accumulate in f32).
+  const Tensor& x = x_in;
   RF_CHECK(x.dim() == 2 || x.dim() == 4, "batch_norm: input must be (N, C) or (N, C, H, W), got ",
            shape_str(x.shape()));
   const int64_t C = x.size(1);

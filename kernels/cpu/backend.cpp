@@ -30,6 +30,8 @@ const Backend& cpu_backend() {
     b.max_pool2d_backward = cpu::max_pool2d_backward;
     b.avg_pool2d_forward = cpu::avg_pool2d_forward;
     b.avg_pool2d_backward = cpu::avg_pool2d_backward;
+    b.adaptive_avg_pool2d_forward = cpu::adaptive_avg_pool2d_forward;
+    b.adaptive_avg_pool2d_backward = cpu::adaptive_avg_pool2d_backward;
     b.batch_norm_forward_train = cpu::batch_norm_forward_train;
     b.batch_norm_forward_eval = cpu::batch_norm_forward_eval;
     b.batch_norm_backward = cpu::batch_norm_backward;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/widen.h"
 
 namespace ringflow::cpu {
 namespace {
@@ -90,6 +91,11 @@ bool forward(const View& y, const View& x, const View& mean, const View& var, co
 
 void batch_norm_forward_train(const View& y, const View& mean, const View& var, const View& x,
                               const View* gamma, const View* beta, double eps) {
+  if (any_widens({&y, &x})) {
+    const Widened wy(y, false), wx(x, true);
+    batch_norm_forward_train(wy.view(), mean, var, wx.view(), gamma, beta, eps);
+    return wy.finish();
+  }
   if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/true)) {
     reference_backend().batch_norm_forward_train(y, mean, var, x, gamma, beta, eps);
   }
@@ -97,6 +103,11 @@ void batch_norm_forward_train(const View& y, const View& mean, const View& var, 
 
 void batch_norm_forward_eval(const View& y, const View& x, const View& mean, const View& var,
                              const View* gamma, const View* beta, double eps) {
+  if (any_widens({&y, &x})) {
+    const Widened wy(y, false), wx(x, true);
+    batch_norm_forward_eval(wy.view(), wx.view(), mean, var, gamma, beta, eps);
+    return wy.finish();
+  }
   if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/false)) {
     reference_backend().batch_norm_forward_eval(y, x, mean, var, gamma, beta, eps);
   }
@@ -105,6 +116,11 @@ void batch_norm_forward_eval(const View& y, const View& x, const View& mean, con
 void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy,
                          const View& x, const View& mean, const View& var, const View* gamma,
                          double eps) {
+  if (any_widens({&dx, &dy, &x})) {
+    const Widened wdx(dx, false), wdy(dy, true), wx(x, true);
+    batch_norm_backward(wdx.view(), dgamma, dbeta, wdy.view(), wx.view(), mean, var, gamma, eps);
+    return wdx.finish();
+  }
   // Without gamma the scale is 1 and there is no dgamma to give.
   if (!bn_ok(x, {&dx, &dy}, {&mean, &var, gamma, dgamma, dbeta}) || (dgamma && !gamma)) {
     return reference_backend().batch_norm_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);

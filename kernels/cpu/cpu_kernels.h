@@ -35,6 +35,8 @@ void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Wo
                          const Pool2dParams& p);
 void avg_pool2d_forward(const View& y, const View& x, const Pool2dParams& p);
 void avg_pool2d_backward(const View& dx, const View& dy, const Pool2dParams& p);
+void adaptive_avg_pool2d_forward(const View& y, const View& x);
+void adaptive_avg_pool2d_backward(const View& dx, const View& dy);
 void batch_norm_forward_train(const View& y, const View& mean, const View& var, const View& x,
                               const View* gamma, const View* beta, double eps);
 void batch_norm_forward_eval(const View& y, const View& x, const View& mean, const View& var,

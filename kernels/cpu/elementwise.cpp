@@ -1,54 +1,93 @@
-// Own OpenMP loops for the hot elementwise paths on f32 (copy and fill on any dtype):
-// operands laid out as loop.h accepts (same layout, per-channel or scalar broadcast).
+// Own OpenMP loops for the hot elementwise paths on f32, bf16 and f16 (copy and fill on any
+// dtype): operands laid out as loop.h accepts (same layout, per-channel or scalar broadcast).
 // relu and relu_backward go to oneDNN eltwise when the operands are dense and alike.
 // Anything else calls the reference kernel.
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "ringflow/kernels/cpu/bf16.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/loop.h"
 
 namespace ringflow::cpu {
 namespace {
 
-// Inner loops, specialised on whether each input is unit-stride (true) or broadcast.
-template <bool A, class Fn>
-inline void inner1(float* __restrict o, const float* __restrict a, int64_t n, Fn fn) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) o[i] = fn(a[A ? i : 0]);
-}
+// How an element of each dtype the fast loops take is read and written: arithmetic in f32,
+// 16-bit results rounded once (as a 16-bit kernel with f32 arithmetic gives).
+struct F32 {
+  using T = float;
+  static float load(float x) { return x; }
+  static float store(float x) { return x; }
+};
+struct BF16 {
+  using T = uint16_t;
+  static float load(uint16_t x) { return from_bf16(x); }
+  static uint16_t store(float x) { return to_bf16(x); }
+};
+struct F16 {
+  using T = uint16_t;
+  static float load(uint16_t x) { return half_bits_to_float(x); }
+  static uint16_t store(float x) { return float_to_half_bits(x); }
+};
 
-template <bool A, bool B, class Fn>
-inline void inner2(float* __restrict o, const float* __restrict a, const float* __restrict b,
-                   int64_t n, Fn fn) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) o[i] = fn(a[A ? i : 0], b[B ? i : 0]);
-}
-
+// fn(E{}) for the traits of dtype (fn says whether it ran); false for another dtype.
 template <class Fn>
-void run_unary(const LoopPlan& plan, float* out, const float* in, Fn fn) {
+bool with_elem(DType dtype, Fn fn) {
+  switch (dtype) {
+    case DType::f32: return fn(F32{});
+    case DType::bf16: return fn(BF16{});
+    case DType::f16: return fn(F16{});
+    default: return false;
+  }
+}
+
+// Inner loops, specialised on whether each input is unit-stride (true) or broadcast.
+template <class E, bool A, class Fn>
+inline void inner1(typename E::T* __restrict o, const typename E::T* __restrict a, int64_t n,
+                   Fn fn) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = E::store(fn(E::load(a[A ? i : 0])));
+}
+
+template <class E, bool A, bool B, class Fn>
+inline void inner2(typename E::T* __restrict o, const typename E::T* __restrict a,
+                   const typename E::T* __restrict b, int64_t n, Fn fn) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] = E::store(fn(E::load(a[A ? i : 0]), E::load(b[B ? i : 0])));
+}
+
+template <class E, class Fn>
+void run_unary(const LoopPlan& plan, const View& out_v, const View& in_v, Fn fn) {
+  using T = typename E::T;
+  T* out = out_v.ptr<T>();
+  const T* in = in_v.ptr<const T>();
   const bool ua = plan.inner_unit(1);
   parallel_loop(plan, [&](int64_t o, int64_t b, int64_t e) {
-    float* po = out + plan.offset(0, o) + b;
-    const float* pa = in + plan.offset(1, o) + (ua ? b : 0);
-    if (ua) inner1<true>(po, pa, e - b, fn);
-    else inner1<false>(po, pa, e - b, fn);
+    T* po = out + plan.offset(0, o) + b;
+    const T* pa = in + plan.offset(1, o) + (ua ? b : 0);
+    if (ua) inner1<E, true>(po, pa, e - b, fn);
+    else inner1<E, false>(po, pa, e - b, fn);
   });
 }
 
-template <class Fn>
-void run_binary(const LoopPlan& plan, float* out, const float* a, const float* b_, Fn fn) {
+template <class E, class Fn>
+void run_binary(const LoopPlan& plan, const View& out_v, const View& a_v, const View& b_v,
+                Fn fn) {
+  using T = typename E::T;
+  T* out = out_v.ptr<T>();
+  const T* a = a_v.ptr<const T>();
+  const T* b_ = b_v.ptr<const T>();
   const bool ua = plan.inner_unit(1), ub = plan.inner_unit(2);
   parallel_loop(plan, [&](int64_t o, int64_t b, int64_t e) {
-    float* po = out + plan.offset(0, o) + b;
-    const float* pa = a + plan.offset(1, o) + (ua ? b : 0);
-    const float* pb = b_ + plan.offset(2, o) + (ub ? b : 0);
+    T* po = out + plan.offset(0, o) + b;
+    const T* pa = a + plan.offset(1, o) + (ua ? b : 0);
+    const T* pb = b_ + plan.offset(2, o) + (ub ? b : 0);
     const int64_t n = e - b;
-    if (ua && ub) inner2<true, true>(po, pa, pb, n, fn);
-    else if (ua) inner2<true, false>(po, pa, pb, n, fn);
-    else if (ub) inner2<false, true>(po, pa, pb, n, fn);
-    else inner2<false, false>(po, pa, pb, n, fn);
+    if (ua && ub) inner2<E, true, true>(po, pa, pb, n, fn);
+    else if (ua) inner2<E, true, false>(po, pa, pb, n, fn);
+    else if (ub) inner2<E, false, true>(po, pa, pb, n, fn);
+    else inner2<E, false, false>(po, pa, pb, n, fn);
   });
 }
 
@@ -76,21 +115,6 @@ void run_convert(const LoopPlan& plan, To* out, const From* in, Fn fn) {
 
 inline float nan_max(float a, float b) { return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : (a > b ? a : b); }
 inline float nan_min(float a, float b) { return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : (a < b ? a : b); }
-
-// f32 -> bf16 round to nearest even (NaN stays quiet NaN), as kernels/dtype.cpp.
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 }  // namespace
 
@@ -190,53 +214,51 @@ void fill(const View& dst, double value) {
 void unary(UnaryOp op, const View& out, const View& in) {
   if (op == UnaryOp::relu && eltwise_relu(out, in)) return;
   LoopPlan plan;
-  if (out.dtype != DType::f32 || in.dtype != DType::f32 || out.numel() == 0 ||
-      !make_loop_plan(plan, out, {&in})) {
-    return reference_backend().unary(op, out, in);
-  }
-  float* o = out.ptr<float>();
-  const float* a = in.ptr<float>();
-  switch (op) {
-    case UnaryOp::neg: return run_unary(plan, o, a, [](float x) { return -x; });
-    case UnaryOp::exp: return run_unary(plan, o, a, [](float x) { return std::exp(x); });
-    case UnaryOp::log: return run_unary(plan, o, a, [](float x) { return std::log(x); });
-    case UnaryOp::sqrt: return run_unary(plan, o, a, [](float x) { return std::sqrt(x); });
-    case UnaryOp::relu: return run_unary(plan, o, a, [](float x) { return x > 0.f ? x : (x != x ? x : 0.f); });
-    case UnaryOp::abs: return run_unary(plan, o, a, [](float x) { return std::fabs(x); });
-    case UnaryOp::sigmoid: return run_unary(plan, o, a, [](float x) { return 1.f / (1.f + std::exp(-x)); });
-    case UnaryOp::tanh: return run_unary(plan, o, a, [](float x) { return std::tanh(x); });
-  }
-  reference_backend().unary(op, out, in);
+  const bool done = out.dtype == in.dtype && out.numel() > 0 &&
+                    make_loop_plan(plan, out, {&in}) && with_elem(out.dtype, [&](auto e) {
+    using E = decltype(e);
+    auto run = [&](auto fn) { run_unary<E>(plan, out, in, fn); return true; };
+    switch (op) {
+      case UnaryOp::neg: return run([](float x) { return -x; });
+      case UnaryOp::exp: return run([](float x) { return std::exp(x); });
+      case UnaryOp::log: return run([](float x) { return std::log(x); });
+      case UnaryOp::sqrt: return run([](float x) { return std::sqrt(x); });
+      case UnaryOp::relu: return run([](float x) { return x > 0.f ? x : (x != x ? x : 0.f); });
+      case UnaryOp::abs: return run([](float x) { return std::fabs(x); });
+      case UnaryOp::sigmoid: return run([](float x) { return 1.f / (1.f + std::exp(-x)); });
+      case UnaryOp::tanh: return run([](float x) { return std::tanh(x); });
+    }
+    return false;
+  });
+  if (!done) reference_backend().unary(op, out, in);
 }
 
 void binary(BinaryOp op, const View& out, const View& a, const View& b) {
   if (op == BinaryOp::relu_backward && eltwise_relu_backward(out, a, b)) return;
   LoopPlan plan;
-  if (out.dtype != DType::f32 || a.dtype != DType::f32 || b.dtype != DType::f32 ||
-      out.numel() == 0 || !make_loop_plan(plan, out, {&a, &b})) {
-    return reference_backend().binary(op, out, a, b);
-  }
-  float* o = out.ptr<float>();
-  const float* pa = a.ptr<float>();
-  const float* pb = b.ptr<float>();
-  switch (op) {
-    case BinaryOp::add: return run_binary(plan, o, pa, pb, [](float x, float y) { return x + y; });
-    case BinaryOp::sub: return run_binary(plan, o, pa, pb, [](float x, float y) { return x - y; });
-    case BinaryOp::mul: return run_binary(plan, o, pa, pb, [](float x, float y) { return x * y; });
-    case BinaryOp::div: return run_binary(plan, o, pa, pb, [](float x, float y) { return x / y; });
-    case BinaryOp::pow: return run_binary(plan, o, pa, pb, [](float x, float y) { return std::pow(x, y); });
-    case BinaryOp::maximum: return run_binary(plan, o, pa, pb, nan_max);
-    case BinaryOp::minimum: return run_binary(plan, o, pa, pb, nan_min);
-    case BinaryOp::eq: return run_binary(plan, o, pa, pb, [](float x, float y) { return x == y ? 1.f : 0.f; });
-    case BinaryOp::ne: return run_binary(plan, o, pa, pb, [](float x, float y) { return x != y ? 1.f : 0.f; });
-    case BinaryOp::lt: return run_binary(plan, o, pa, pb, [](float x, float y) { return x < y ? 1.f : 0.f; });
-    case BinaryOp::le: return run_binary(plan, o, pa, pb, [](float x, float y) { return x <= y ? 1.f : 0.f; });
-    case BinaryOp::gt: return run_binary(plan, o, pa, pb, [](float x, float y) { return x > y ? 1.f : 0.f; });
-    case BinaryOp::ge: return run_binary(plan, o, pa, pb, [](float x, float y) { return x >= y ? 1.f : 0.f; });
-    case BinaryOp::relu_backward:
-      return run_binary(plan, o, pa, pb, [](float g, float x) { return x > 0.f ? g : 0.f; });
-  }
-  reference_backend().binary(op, out, a, b);
+  const bool done = out.dtype == a.dtype && out.dtype == b.dtype && out.numel() > 0 &&
+                    make_loop_plan(plan, out, {&a, &b}) && with_elem(out.dtype, [&](auto e) {
+    using E = decltype(e);
+    auto run = [&](auto fn) { run_binary<E>(plan, out, a, b, fn); return true; };
+    switch (op) {
+      case BinaryOp::add: return run([](float x, float y) { return x + y; });
+      case BinaryOp::sub: return run([](float x, float y) { return x - y; });
+      case BinaryOp::mul: return run([](float x, float y) { return x * y; });
+      case BinaryOp::div: return run([](float x, float y) { return x / y; });
+      case BinaryOp::pow: return run([](float x, float y) { return std::pow(x, y); });
+      case BinaryOp::maximum: return run(nan_max);
+      case BinaryOp::minimum: return run(nan_min);
+      case BinaryOp::eq: return run([](float x, float y) { return x == y ? 1.f : 0.f; });
+      case BinaryOp::ne: return run([](float x, float y) { return x != y ? 1.f : 0.f; });
+      case BinaryOp::lt: return run([](float x, float y) { return x < y ? 1.f : 0.f; });
+      case BinaryOp::le: return run([](float x, float y) { return x <= y ? 1.f : 0.f; });
+      case BinaryOp::gt: return run([](float x, float y) { return x > y ? 1.f : 0.f; });
+      case BinaryOp::ge: return run([](float x, float y) { return x >= y ? 1.f : 0.f; });
+      case BinaryOp::relu_backward: return run([](float g, float x) { return x > 0.f ? g : 0.f; });
+    }
+    return false;
+  });
+  if (!done) reference_backend().binary(op, out, a, b);
 }
 
 void where(const View& out, const View& cond, const View& a, const View& b) {

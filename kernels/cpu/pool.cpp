@@ -9,8 +9,10 @@
 // Max pooling runs as forward_training and returns oneDNN's workspace (argmax indices),
 // which backward consumes; the workspace remembers the layout it was computed in.
 #include <algorithm>
+#include <optional>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/widen.h"
 
 namespace ringflow::cpu {
 namespace {
@@ -104,6 +106,12 @@ const CachedPrimitive* backward_primitive(algorithm alg, const View& dx, const V
 }  // namespace
 
 Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p) {
+  if (any_widens({&y, &x})) {
+    const Widened wy(y, false), wx(x, true);
+    Workspace ws = max_pool2d_forward(wy.view(), wx.view(), p);
+    wy.finish();
+    return ws;
+  }
   auto ws = std::make_shared<MaxPoolWorkspace>();
   const tag t = compute_layout(y, x);
   const CachedPrimitive* prim =
@@ -130,6 +138,11 @@ Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p
 void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Workspace& ws,
                          const Pool2dParams& p) {
   if (!ws) throw std::runtime_error("max_pool2d_backward: no workspace from max_pool2d_forward");
+  if (any_widens({&dx, &dy, &x})) {
+    const Widened wdx(dx, false), wdy(dy, true), wx(x, true);
+    max_pool2d_backward(wdx.view(), wdy.view(), wx.view(), ws, p);
+    return wdx.finish();
+  }
   const auto& w = *static_cast<const MaxPoolWorkspace*>(ws.get());
   if (!w.dnnl || !pool_ok(dx, dy, p, /*avg=*/false)) {
     return reference_backend().max_pool2d_backward(dx, dy, x, w.reference, p);
@@ -149,6 +162,11 @@ void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Wo
 }
 
 void avg_pool2d_forward(const View& y, const View& x, const Pool2dParams& p) {
+  if (any_widens({&y, &x})) {
+    const Widened wy(y, false), wx(x, true);
+    avg_pool2d_forward(wy.view(), wx.view(), p);
+    return wy.finish();
+  }
   if (!pool_ok(x, y, p, /*avg=*/true)) return reference_backend().avg_pool2d_forward(y, x, p);
   const tag t = compute_layout(y, x);
   const CachedPrimitive* prim = forward_primitive(avg_algorithm(p), y, x, t, p);
@@ -162,6 +180,11 @@ void avg_pool2d_forward(const View& y, const View& x, const Pool2dParams& p) {
 }
 
 void avg_pool2d_backward(const View& dx, const View& dy, const Pool2dParams& p) {
+  if (any_widens({&dx, &dy})) {
+    const Widened wdx(dx, false), wdy(dy, true);
+    avg_pool2d_backward(wdx.view(), wdy.view(), p);
+    return wdx.finish();
+  }
   if (!pool_ok(dx, dy, p, /*avg=*/true)) return reference_backend().avg_pool2d_backward(dx, dy, p);
   const tag t = compute_layout(dx, dy);
   const CachedPrimitive* prim = backward_primitive(avg_algorithm(p), dx, dy, t, p);
@@ -172,6 +195,28 @@ void avg_pool2d_backward(const View& dx, const View& dy, const Pool2dParams& p) 
   execute(*prim, {{DNNL_ARG_DIFF_DST, diff_dst.mem()}, {DNNL_ARG_DIFF_SRC, diff_src.mem()}},
           [&] { return describe("avg_pool2d_backward dx dy", {&dx, &dy}); });
   diff_src.finish();
+}
+
+// Adaptive bins that tile the input evenly (ResNet's global pooling) are plain average
+// pooling with kernel = stride = H/P; other sizes go to the reference.
+std::optional<Pool2dParams> even_bins(const View& x, const View& y) {
+  if (x.dim() != 4 || y.dim() != 4 || y.shape[2] <= 0 || y.shape[3] <= 0) return std::nullopt;
+  const int64_t H = x.shape[2], W = x.shape[3], P = y.shape[2], Q = y.shape[3];
+  if (H % P != 0 || W % Q != 0) return std::nullopt;
+  Pool2dParams p;
+  p.kernel_h = p.stride_h = H / P;
+  p.kernel_w = p.stride_w = W / Q;
+  return p;
+}
+
+void adaptive_avg_pool2d_forward(const View& y, const View& x) {
+  if (const auto p = even_bins(x, y)) return avg_pool2d_forward(y, x, *p);
+  reference_backend().adaptive_avg_pool2d_forward(y, x);
+}
+
+void adaptive_avg_pool2d_backward(const View& dx, const View& dy) {
+  if (const auto p = even_bins(dx, dy)) return avg_pool2d_backward(dx, dy, *p);
+  reference_backend().adaptive_avg_pool2d_backward(dx, dy);
 }
 
 }  // namespace ringflow::cpu

@@ -1,9 +1,9 @@
-// 16-bit operands of the CPU's convolutions and matmul run through the f32 kernels where
-// the CPU lacks their arithmetic: the backend sends oneDNN no f16 (it has f16 convolutions
-// only with AVX512-FP16), and bf16 without
-// AVX512-BF16 would go to the reference loops, two orders of magnitude slower. Inputs are
-// widened exactly; outputs are rounded back once, so the result is what a 16-bit kernel
-// with f32 accumulation gives (up to the order of sums).
+// 16-bit operands of the CPU's convolutions, matmul, batch norm and pooling run through the
+// f32 kernels where the CPU lacks their arithmetic: the backend sends oneDNN no f16 (it has
+// f16 kernels only with AVX512-FP16), and bf16 without AVX512-BF16 would go to the
+// reference loops, two orders of magnitude slower. Inputs are widened exactly; outputs are
+// rounded back once, so the result is what a 16-bit kernel with f32 accumulation gives (up
+// to the order of sums).
 #pragma once
 
 #include "ringflow/kernels/backend.h"
@@ -16,8 +16,8 @@ inline bool widens(DType dt) {
   return dt == DType::f16 || (dt == DType::bf16 && !cpu_native_bf16());
 }
 
-// A dense f32 copy of a view of a dtype that widens (or the view itself otherwise). For an
-// output, finish() rounds the f32 values back into it.
+// A dense f32 copy of a view of a dtype that widens (or the view itself otherwise), in the
+// view's own layout when that is dense. For an output, finish() rounds the f32 values back.
 class Widened {
  public:
   Widened(const View& v, bool is_input) : original_(v), view_(v) {
@@ -25,7 +25,7 @@ class Widened {
     buffer_ = ScratchBuffer(std::max<size_t>(1, static_cast<size_t>(v.numel()) * sizeof(float)));
     view_.data = buffer_.data();
     view_.dtype = DType::f32;
-    view_.strides = contiguous_strides(v.shape);
+    view_.strides = is_dense(v) ? v.strides : contiguous_strides(v.shape);
     view_.storage_id = nullptr;  // scratch: nothing may be cached against it
     if (is_input) copy(view_, original_);
   }
