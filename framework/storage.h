@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ringflow/kernels/derived_cache.h"
 #include "ringflow/kernels/device.h"
 
 namespace ringflow {
@@ -23,6 +24,7 @@ class Storage {
   Device device() const { return device_; }
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.store(fresh_version(), std::memory_order_relaxed); }
+  DerivedCache& derived() const { return derived_; }
 
  private:
   void* data_ = nullptr;
@@ -32,6 +34,7 @@ class Storage {
   // (data pointer, version) must not mistake a new Storage at a freed address for the old.
   static uint64_t fresh_version();
   std::atomic<uint64_t> version_{fresh_version()};
+  mutable DerivedCache derived_;
 };
 
 }  // namespace ringflow

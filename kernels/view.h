@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/kernels/derived_cache.h"
 #include "ringflow/kernels/dtype.h"
 
 namespace ringflow {
@@ -25,9 +26,10 @@ struct View {
   DType dtype = DType::f32;
   Shape shape;
   Shape strides;  // elements, may be 0 (broadcast) but never negative
-  // Identity of the underlying memory and its write count, so a kernel may cache data
-  // derived from it (e.g. weights reordered for oneDNN) until the next write.
-  const void* storage_id = nullptr;
+  // Where a kernel may keep data derived from the underlying memory (e.g. weights reordered
+  // for oneDNN), valid while `version` (the memory's write count) stays the same; null for
+  // scratch memory, where nothing may be cached.
+  DerivedCache* derived = nullptr;
   uint64_t version = 0;
 
   int dim() const { return static_cast<int>(shape.size()); }

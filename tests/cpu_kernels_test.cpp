@@ -115,14 +115,15 @@ TEST_CASE("reduce sum / mean (and fallbacks) over dims of NCHW and NHWC tensors"
 
 // ---------------------------------------------------------------- caches
 TEST_CASE("conv primitives are cached and weights re-reordered only on a new version") {
+  const size_t entries_before = cpu::dnnl_cache_stats().weight_entries;
   std::mt19937 rng(9);
   Conv2dParams p;
   p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
   const int64_t N = 2, C = 32, K = 32, H = 8, W = 8;
   Buf x = random({N, C, H, W}, DType::f32, Layout::nhwc, rng);
   Buf w = random({K, C, 3, 3}, DType::f32, Layout::nchw, rng);
-  static const int token = 0;
-  w.v.storage_id = &token;
+  auto derived = std::make_unique<DerivedCache>();  // what a Storage holds
+  w.v.derived = derived.get();
   w.v.version = 1;
   Buf y1 = make({N, K, H, W}, DType::f32, Layout::nhwc), y2 = like(y1);
 
@@ -143,6 +144,11 @@ TEST_CASE("conv primitives are cached and weights re-reordered only on a new ver
   const cpu::DnnlCacheStats s3 = cpu::dnnl_cache_stats();
   CHECK(s3.primitive_misses == s2.primitive_misses);
   CHECK(s3.weight_entries == s2.weight_entries);  // the cached buffer was reused
+  CHECK(s3.weight_entries == entries_before + 1);
+
+  // The reordered weights die with their owner (autocast's per-step casts piled up before).
+  derived.reset();
+  CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before);
 }
 
 TEST_CASE("a oneDNN failure becomes a runtime_error naming the op") {

@@ -30,7 +30,7 @@ size_t padded(size_t bytes) { return (bytes + 63) / 64 * 64; }
 View host_view(const Tensor& t, void* host) {
   View v = t.kernel_view();
   v.data = host;
-  v.storage_id = nullptr;
+  v.derived = nullptr;
   v.version = 0;
   return v;
 }

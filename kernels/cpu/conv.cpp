@@ -117,9 +117,10 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
 
   Operand src(x, pd.src_desc(), /*is_input=*/true, "conv2d_forward");
   Operand dst(y, pd.dst_desc(), /*is_input=*/false, "conv2d_forward");
+  const WeightOperand weights(w, pd.weights_desc(), "conv2d_forward");
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src.mem()},
-      {DNNL_ARG_WEIGHTS, cached_weights(w, pd.weights_desc(), "conv2d_forward")},
+      {DNNL_ARG_WEIGHTS, weights.mem()},
       {DNNL_ARG_DST, dst.mem()}};
   std::unique_ptr<Operand> b;
   if (bias) {
@@ -156,9 +157,10 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
 
   Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "conv2d_backward_data");
   Operand diff_src(dx, pd.diff_src_desc(), /*is_input=*/false, "conv2d_backward_data");
+  const WeightOperand weights(w, pd.weights_desc(), "conv2d_backward_data");
   execute(*prim,
           {{DNNL_ARG_DIFF_DST, diff_dst.mem()},
-           {DNNL_ARG_WEIGHTS, cached_weights(w, pd.weights_desc(), "conv2d_backward_data")},
+           {DNNL_ARG_WEIGHTS, weights.mem()},
            {DNNL_ARG_DIFF_SRC, diff_src.mem()}},
           ctx);
   diff_src.finish();

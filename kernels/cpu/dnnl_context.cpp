@@ -12,15 +12,9 @@ namespace {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-struct WeightEntry {
-  uint64_t version = 0;
-  dnnl::memory mem;
-};
-
 struct Caches {
   std::mutex mutex;
   std::unordered_map<std::string, CachedPrimitive> primitives;
-  std::unordered_map<std::string, WeightEntry> weights;
   DnnlCacheStats stats;
 };
 
@@ -67,15 +61,8 @@ DnnlCacheStats dnnl_cache_stats() {
   std::lock_guard lock(c.mutex);
   DnnlCacheStats s = c.stats;
   s.primitives = c.primitives.size();
-  s.weight_entries = c.weights.size();
+  s.weight_entries = DerivedCache::live_entries();
   return s;
-}
-
-void dnnl_cache_clear() {
-  Caches& c = caches();
-  std::lock_guard lock(c.mutex);
-  c.primitives.clear();
-  c.weights.clear();
 }
 
 const CachedPrimitive& cached_primitive(const std::string& key,
@@ -164,40 +151,47 @@ void Operand::finish() {
   if (copied_) reorder(mem_, user_, op_);
 }
 
-dnnl::memory cached_weights(const View& w, const dnnl::memory::desc& want, const char* op) {
+struct WeightOperand::Buffer {
+  std::mutex mutex;
+  uint64_t version = 0;
+  bool filled = false;
+  ScratchBuffer scratch;
+  dnnl::memory mem;
+};
+
+WeightOperand::WeightOperand(const View& w, const dnnl::memory::desc& want, const char* op) {
   const dnnl::memory::desc have = md_of(w);
-  if (have == want) return dnnl::memory(want, dnnl_engine(), w.data);
-  dnnl::memory user(have, dnnl_engine(), w.data);
+  if (have == want) {
+    direct_ = dnnl::memory(want, dnnl_engine(), w.data);
+    return;
+  }
+  auto make = [&] {
+    auto b = std::make_shared<Buffer>();
+    b->scratch = ScratchBuffer(want.get_size());
+    b->mem = dnnl::memory(want, dnnl_engine(), b->scratch.data());
+    return b;
+  };
+  if (w.derived == nullptr) {  // nothing to keep it in: reorder every call
+    buffer_ = make();
+  } else {
+    const std::string key = KeyBuilder("weights")
+                                .add(reinterpret_cast<int64_t>(w.data))
+                                .add_md(have)
+                                .add_md(want)
+                                .str();
+    buffer_ = std::static_pointer_cast<Buffer>(w.derived->entry(key, make));
+  }
+  std::lock_guard lock(buffer_->mutex);
+  if (buffer_->filled && buffer_->version == w.version) return;
+  reorder(dnnl::memory(have, dnnl_engine(), w.data), buffer_->mem, op);
+  buffer_->version = w.version;
+  buffer_->filled = true;
   Caches& c = caches();
-  if (w.storage_id == nullptr) {  // nothing to key a cache on: reorder every call
-    dnnl::memory out(want, dnnl_engine());
-    reorder(user, out, op);
-    std::lock_guard lock(c.mutex);
-    ++c.stats.weight_reorders;
-    return out;
-  }
-  std::string key = KeyBuilder("weights")
-                        .add(reinterpret_cast<int64_t>(w.storage_id))
-                        .add(reinterpret_cast<int64_t>(w.data))
-                        .add_md(have)
-                        .add_md(want)
-                        .str();
-  dnnl::memory out;
-  {
-    std::lock_guard lock(c.mutex);
-    auto it = c.weights.find(key);
-    if (it != c.weights.end()) {
-      if (it->second.version == w.version) return it->second.mem;
-      out = it->second.mem;  // stale: reorder the new version into the same buffer
-    }
-  }
-  if (!out) out = dnnl::memory(want, dnnl_engine());
-  reorder(user, out, op);
-  std::lock_guard lock(c.mutex);
+  std::lock_guard stats_lock(c.mutex);
   ++c.stats.weight_reorders;
-  c.weights[key] = WeightEntry{w.version, out};
-  return out;
 }
+
+const dnnl::memory& WeightOperand::mem() const { return buffer_ ? buffer_->mem : direct_; }
 
 std::string describe(const char* op, std::initializer_list<const View*> views) {
   std::ostringstream os;

@@ -10,8 +10,10 @@
 // strings built with KeyBuilder; creating a primitive is 10 us - 10 ms, a lookup ~100 ns.
 //
 // Note [weight cache]: conv weights are reordered into the layout the primitive prefers
-// at most once per (View::storage_id, data pointer, user layout, target layout) and
-// View::version; a new version overwrites the same cached buffer in place.
+// at most once per (data pointer, user layout, target layout) and View::version, into a
+// buffer kept in the View's DerivedCache, which dies with the weights' Storage; a new
+// version overwrites the same buffer in place. Buffers come from the caching allocator, so
+// the 16-bit weights autocast casts anew every step reuse warm memory.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +50,10 @@ dnnl::stream& dnnl_stream();
 struct DnnlCacheStats {
   size_t primitives = 0;        // primitives held
   size_t primitive_misses = 0;  // primitives built since start
-  size_t weight_entries = 0;    // reordered weight buffers held
+  size_t weight_entries = 0;    // reordered weight buffers held (by live Storages)
   size_t weight_reorders = 0;   // weight reorders done since start (cached or not)
 };
 DnnlCacheStats dnnl_cache_stats();
-void dnnl_cache_clear();
 
 // Builds a cache key from integers and strings.
 class KeyBuilder {
@@ -147,7 +148,17 @@ class Operand {
 void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op);
 
 // Weights in the layout `want`, reordered at most once per version (Note [weight cache]).
-dnnl::memory cached_weights(const View& w, const dnnl::memory::desc& want, const char* op);
+class WeightOperand {
+ public:
+  WeightOperand(const View& w, const dnnl::memory::desc& want, const char* op);
+  const dnnl::memory& mem() const;
+
+  struct Buffer;
+
+ private:
+  std::shared_ptr<Buffer> buffer_;  // null when the View is used as it is
+  dnnl::memory direct_;
+};
 
 // Context for error messages: "conv2d_forward x (1, 3, 5, 5) f32 ..."
 std::string describe(const char* op, std::initializer_list<const View*> views);

@@ -60,7 +60,7 @@ View contiguous_copy(const View& v, ScratchBuffer& buf) {
   if (batch_broadcast(v)) src.shape[0] = 1;
   View dst = src;
   dst.strides = {src.shape[1] * src.shape[2], src.shape[2], 1};
-  dst.storage_id = nullptr;
+  dst.derived = nullptr;
   buf = ScratchBuffer(std::max<size_t>(1, src.numel() * dtype_size(v.dtype)));
   dst.data = buf.data();
   copy(dst, src);

@@ -26,7 +26,7 @@ class Widened {
     view_.data = buffer_.data();
     view_.dtype = DType::f32;
     view_.strides = is_dense(v) ? v.strides : contiguous_strides(v.shape);
-    view_.storage_id = nullptr;  // scratch: nothing may be cached against it
+    view_.derived = nullptr;  // scratch: nothing may be cached against it
     if (is_input) copy(view_, original_);
   }
   const View& view() const { return view_; }

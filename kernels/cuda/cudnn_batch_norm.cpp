@@ -51,7 +51,7 @@ struct StatsBuffer {
       : buffer(static_cast<size_t>(like.shape[0]) * dtype_size(like.dtype)), view(like) {
     view.data = buffer.data();
     view.strides = {1};
-    view.storage_id = nullptr;
+    view.derived = nullptr;
   }
 };
 

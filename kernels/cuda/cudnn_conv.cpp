@@ -38,7 +38,7 @@ View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last = 
   View d = v;
   const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   d.strides = last ? std::vector<int64_t>{H * W * C, 1, W * C, C} : std::vector<int64_t>{C * H * W, H * W, W, 1};
-  d.storage_id = nullptr;
+  d.derived = nullptr;
   buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
   d.data = buffer->data();
   return d;

@@ -53,7 +53,7 @@ void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
 View row_major_like(const View& x, std::optional<DeviceBuffer>& buffer) {
   View v = x;
   v.strides = {x.shape[1] * x.shape[2], x.shape[2], 1};
-  v.storage_id = nullptr;
+  v.derived = nullptr;
   buffer.emplace(static_cast<size_t>(x.numel()) * dtype_size(x.dtype));
   v.data = buffer->data();
   return v;
