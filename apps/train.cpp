@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -375,7 +376,8 @@ void Trainer::print_header() const {
              "micro-batches); algorithm {} over {}{}\n", f_.sync, world_, local_batch_,
              global_batch_, f_.grad_accum, f_.algo,
              setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
-  fmt::print("ranks started by {}\n", setup_.how);
+  fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
+             fmt::join(setup_.processes, " "));
 }
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.

@@ -4,7 +4,9 @@ RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpiexec, no MPI) train --sync ddp
 as the same ranks started by mpiexec: every iteration's loss equal to the last bit. A rank
 that never comes, or a RANK out of range, ends in a clear error and a non-zero exit; and a
 rank killed mid-training is named by both survivors, which exit non-zero long before the
-collective's timeout.
+collective's timeout. Under mpiexec, which kills the other ranks itself the moment one dies
+(or, with -disable-auto-cleanup, leaves them to name it), the log's table of processes
+turns the pid in mpiexec's report into the rank.
 
 usage: launch_test.py TRAIN MPIEXEC"""
 import json
@@ -113,6 +115,42 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"rank 2 (process {procs[2].pid}) has exited" in out and "allreduce #" in out,
               f"rank {r} names rank 2 and the collective: {out.strip()[-300:]!r}")
     check(took < 60, f"the survivors exit long before the 120 s timeout ({took:.2f} s)")
+
+    # The same under mpiexec, rank 2 killed through the pid the log's table gives for it.
+    for cleanup in ([], ["-disable-auto-cleanup"]):
+        what = "mpiexec " + " ".join(cleanup)
+        proc = subprocess.Popen([mpiexec, *cleanup, "-n", "3", train, "--sync", "ddp", "--epochs",
+                                 "1", "--threads", "1", "--eval-every", "0", "--log-every", "1",
+                                 "--comm-timeout", "120"],
+                                env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        seen, table = "", []
+        while "Iteration [3/" not in seen:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+            if "processes (pid@host) by rank: " in line:
+                table = line.split("by rank: ")[1].split()
+        check(len(table) == 3, f"{what}: the log gives each rank's pid@host: {table}")
+        if len(table) != 3:
+            proc.kill()
+            proc.communicate()
+            continue
+        pid = int(table[2].split("@")[0])
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        out = seen + proc.communicate(timeout=100)[0]
+        took = time.monotonic() - killed_at
+        print(f"     {what}: exited {took:.2f} s after the kill")
+        check(proc.returncode != 0 and took < 60, f"{what}: non-zero exit ({proc.returncode}) "
+              f"long before the timeout ({took:.2f} s)")
+        if cleanup:  # the survivors name the rank themselves
+            check(out.count(f"rank 2 (process {pid}) has exited") >= 1,
+                  f"{what}: a survivor names rank 2: {out.strip()[-300:]!r}")
+        else:  # mpiexec names the process; the table says which rank it was
+            check(f"PID {pid} RUNNING AT" in out, f"{what}: mpiexec names pid {pid}: "
+                  f"{out.strip()[-300:]!r}")
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)
