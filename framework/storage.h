@@ -30,8 +30,9 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
-  // Versions come from one process-wide counter, never reused: a cache keyed by
-  // (data pointer, version) must not mistake a new Storage at a freed address for the old.
+  // Versions come from one process-wide counter, never reused: whatever keeps data derived
+  // from a View by (data pointer, version) outside its Storage must not mistake a new
+  // Storage at a freed address for the old.
   static uint64_t fresh_version();
   std::atomic<uint64_t> version_{fresh_version()};
   mutable DerivedCache derived_;

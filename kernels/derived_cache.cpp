@@ -7,7 +7,9 @@ namespace {
 std::atomic<size_t> g_live_entries{0};
 }  // namespace
 
-DerivedCache::~DerivedCache() { g_live_entries.fetch_sub(entries_.size()); }
+DerivedCache::~DerivedCache() {
+  if (!entries_.empty()) g_live_entries.fetch_sub(entries_.size());
+}
 
 std::shared_ptr<void> DerivedCache::entry(const std::string& key,
                                           const std::function<std::shared_ptr<void>()>& make) {

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "ringflow/kernels/derived_cache.h"
 #include "ringflow/kernels/dtype.h"
 
 namespace ringflow {
@@ -20,6 +19,8 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 // Row-major strides of a contiguous tensor of `shape` (a dimension of size 0 counts as 1).
 Shape contiguous_strides(const Shape& shape);
+
+class DerivedCache;  // kernels/derived_cache.h
 
 struct View {
   void* data = nullptr;

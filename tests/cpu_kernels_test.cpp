@@ -14,6 +14,7 @@
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/cpu/dnnl_context.h"
+#include "ringflow/kernels/derived_cache.h"
 #include "ringflow/tests/kernel_sweep.h"
 
 namespace ringflow {

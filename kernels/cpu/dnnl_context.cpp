@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/derived_cache.h"
 
 namespace ringflow::cpu {
 namespace {

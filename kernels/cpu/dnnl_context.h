@@ -1,9 +1,10 @@
-// The one oneDNN engine and stream of the process, the primitive cache and the weight
-// cache of the CPU backend, and the helpers every oneDNN-backed kernel shares.
+// The one oneDNN engine and stream of the process, the primitive cache and the reordered
+// weights of the CPU backend, and the helpers every oneDNN-backed kernel shares.
 // Only kernels/cpu/ includes this header (all oneDNN calls live in kernels/cpu/).
 //
-// Threading: the caches are guarded by one mutex; primitives are executed outside it
-// (oneDNN CPU primitives may run concurrently on one stream).
+// Threading: the primitive cache is guarded by one mutex, each reordered weight buffer by
+// its own; primitives are executed outside them (oneDNN CPU primitives may run concurrently
+// on one stream).
 //
 // Note [primitive cache]: a primitive is built once per key (op, every operand's dims,
 // strides and dtype, and the op's attributes) and kept for the process. Keys are byte
@@ -13,7 +14,8 @@
 // at most once per (data pointer, user layout, target layout) and View::version, into a
 // buffer kept in the View's DerivedCache, which dies with the weights' Storage; a new
 // version overwrites the same buffer in place. Buffers come from the caching allocator, so
-// the 16-bit weights autocast casts anew every step reuse warm memory.
+// the 16-bit weights autocast casts anew every step reuse warm memory. Such a weight holds
+// its forward layout until backward has used it too (one more 16-bit copy at the peak).
 #pragma once
 
 #include <cstdint>
@@ -151,11 +153,12 @@ void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op);
 class WeightOperand {
  public:
   WeightOperand(const View& w, const dnnl::memory::desc& want, const char* op);
+  WeightOperand(const WeightOperand&) = delete;
+  WeightOperand& operator=(const WeightOperand&) = delete;
   const dnnl::memory& mem() const;
 
-  struct Buffer;
-
  private:
+  struct Buffer;
   std::shared_ptr<Buffer> buffer_;  // null when the View is used as it is
   dnnl::memory direct_;
 };
