@@ -24,9 +24,8 @@ struct Setup {
   std::string transport;                        // what our allreduce algorithms talk through
   comm::NodeRanks node;
   std::string how;                              // how the ranks were started (launch_group)
-  // Each rank's "pid@host". mpiexec names a rank that died by its process id and host, and
-  // kills the others at once, before they can say anything ("BAD TERMINATION ... PID N
-  // RUNNING AT host"): the log's table turns that into a rank.
+  // Each rank's "pid@host", for the log: launchers and tools (mpiexec's "BAD TERMINATION ...
+  // PID N RUNNING AT host", ps, a core file) name processes, not ranks.
   std::vector<std::string> processes;
 };
 

@@ -4,9 +4,8 @@ RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpiexec, no MPI) train --sync ddp
 as the same ranks started by mpiexec: every iteration's loss equal to the last bit. A rank
 that never comes, or a RANK out of range, ends in a clear error and a non-zero exit; and a
 rank killed mid-training is named by both survivors, which exit non-zero long before the
-collective's timeout. Under mpiexec, which kills the other ranks itself the moment one dies
-(or, with -disable-auto-cleanup, leaves them to name it), the log's table of processes
-turns the pid in mpiexec's report into the rank.
+collective's timeout; under mpiexec, with and without its clean-up, the job ends at once
+and non-zero (mpiexec, not ringflow, has the last word there).
 
 usage: launch_test.py TRAIN MPIEXEC"""
 import json
@@ -116,7 +115,7 @@ with tempfile.TemporaryDirectory() as tmp:
               f"rank {r} names rank 2 and the collective: {out.strip()[-300:]!r}")
     check(took < 60, f"the survivors exit long before the 120 s timeout ({took:.2f} s)")
 
-    # The same under mpiexec, rank 2 killed through the pid the log's table gives for it.
+    # Under mpiexec, rank 2 killed through the pid the log's table gives for it.
     for cleanup in ([], ["-disable-auto-cleanup"]):
         what = "mpiexec " + " ".join(cleanup)
         proc = subprocess.Popen([mpiexec, *cleanup, "-n", "3", train, "--sync", "ddp", "--epochs",
@@ -140,17 +139,17 @@ with tempfile.TemporaryDirectory() as tmp:
         pid = int(table[2].split("@")[0])
         killed_at = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        out = seen + proc.communicate(timeout=100)[0]
+        proc.communicate(timeout=100)
         took = time.monotonic() - killed_at
         print(f"     {what}: exited {took:.2f} s after the kill")
         check(proc.returncode != 0 and took < 60, f"{what}: non-zero exit ({proc.returncode}) "
               f"long before the timeout ({took:.2f} s)")
-        if cleanup:  # the survivors name the rank themselves
-            check(out.count(f"rank 2 (process {pid}) has exited") >= 1,
-                  f"{what}: a survivor names rank 2: {out.strip()[-300:]!r}")
-        else:  # mpiexec names the process; the table says which rank it was
-            check(f"PID {pid} RUNNING AT" in out, f"{what}: mpiexec names pid {pid}: "
-                  f"{out.strip()[-300:]!r}")
+        # Who names the dead rank is up to mpiexec here: with its clean-up it SIGKILLs the
+        # others at once, and its banner names the first bad exit it collected, which under
+        # load was one it caused itself (rank 0's "EXIT CODE: 9"); without it, a survivor's
+        # line was sometimes dropped as mpiexec tore down (seen under load in CI). So only the
+        # exit is checked; the survivors' own report is checked above (ranks started by the
+        # variables) and in comm_failure_test.
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)
