@@ -15,7 +15,7 @@
 
 #include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
-#include "ringflow/comm/group/group_bootstrap.h"
+#include "ringflow/comm/group/device_choice.h"
 #include "ringflow/comm/group/launch_group.h"
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/nccl_process_group.h"
@@ -149,10 +149,8 @@ Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
     s.transport = launched.transport;
     s.node = launched.node;
     s.how = launched.how;
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    s.processes = comm::GroupBootstrap(*s.pg, comm_timeout)
-                      .allgather(fmt::format("{}@{}", getpid(), host));
+    s.processes = comm::allgather_strings(
+        *s.pg, fmt::format("{}@{}", getpid(), comm::host_name()), comm_timeout);
   }
   s.device = choose_device(want, s.node.local_rank);
   s.backend = choose_backend(f.backend, want, f.algo, s.node.local_size);
