@@ -139,8 +139,9 @@ TEST_CASE("a rank that dies, ring over TCP: the survivors hear of it at once, no
   CHECK(occurrences(r.output, "over tcp") == 3);
   CHECK(occurrences(r.output, "allreduce #1 (f32, 7 elements, sum, ring) failed on rank") == 2);
   // Rank 0 reads from rank 2 in the ring; rank 1 hears either from rank 2 or from rank 0
-  // giving up in turn.
+  // giving up in turn, and then asks its PeerWatch which process exited: both name rank 2.
   CHECK(has(r.output, "rank 2 closed its connection"));
+  CHECK(occurrences(r.output, ") has exited") == 2);
 }
 
 TEST_CASE("a rank that dies, ring over shared memory: the survivors see its process gone, not the timeout") {

@@ -40,7 +40,6 @@
 #include <string>
 #include <vector>
 
-#include "ringflow/comm/group/peer_watch.h"
 #include "ringflow/comm/group/queued_process_group.h"
 
 namespace ringflow::comm {
@@ -132,7 +131,6 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   std::unique_ptr<Transport> transport_;  // our algorithms' (null: MPI's); comm thread only
   std::string transport_name_ = "mpi";
   std::string why_not_tcp_;
-  std::unique_ptr<PeerWatch> peers_;    // this node's other ranks: MPI never says they died
   std::vector<MPI_Request> abandoned_;   // requests of timed-out collectives; comm thread only
 };
 

@@ -195,9 +195,29 @@ void QueuedProcessGroup::run(Op& op) {
     work.finish();
   } catch (const std::exception& e) {
     // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
-    mark_broken(cat(work.description(), " failed on rank ", rank_, ": ", e.what()));
-    work.finish(std::current_exception());
+    const std::string why = with_dead_peers(e.what());
+    mark_broken(cat(work.description(), " failed on rank ", rank_, ": ", why));
+    work.finish(why == e.what() ? std::current_exception() : std::make_exception_ptr(CommError(why)));
   }
+}
+
+std::string QueuedProcessGroup::dead_peers() {
+  if (!peers_) return "";
+  std::string dead = peers_->dead_peers();
+  if (!dead.empty()) peer_died_.store(true);
+  return dead;
+}
+
+std::string QueuedProcessGroup::with_dead_peers(const std::string& what) {
+  if (!peers_) return what;
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  std::string dead = dead_peers();
+  while (dead.empty() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    dead = dead_peers();
+  }
+  if (dead.empty() || what.find(dead) != std::string::npos) return what;
+  return cat(what, "; ", dead);
 }
 
 void QueuedProcessGroup::check_fingerprints(Op& op) {

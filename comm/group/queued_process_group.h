@@ -1,8 +1,9 @@
 // QueuedProcessGroup: what a process group that computes on the host shares whatever moves
 // its bytes (MPI, our transports): the queue and the one communication thread that runs
 // collectives in issue order while the caller computes, the sequence numbers, checking
-// mode's fingerprints, CUDA tensors staged through host memory (CudaStaging), and the broken
-// state after a collective failed part-way. A backend says how each collective runs (a body
+// mode's fingerprints, CUDA tensors staged through host memory (CudaStaging), the broken
+// state after a collective failed part-way, and naming the rank whose exit made it fail
+// (PeerWatch). A backend says how each collective runs (a body
 // queued with its arguments) and how fingerprints travel.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/group/collective_kind.h"
 #include "ringflow/comm/group/cuda_staging.h"
+#include "ringflow/comm/group/peer_watch.h"
 #include "ringflow/comm/group/process_group.h"
 
 namespace ringflow::comm {
@@ -87,6 +89,14 @@ class QueuedProcessGroup : public ProcessGroup {
   // Every rank's fingerprint for op, in rank order, by the backend's own messages; throws
   // CommError naming the ranks that did not arrive by op.deadline (and mark_broken()).
   virtual std::vector<Fingerprint> exchange_fingerprints(Op& op) = 0;
+  // The derived constructor may give the watch of the other ranks' processes: a collective
+  // that fails part-way then names the rank whose exit started it.
+  void watch_peers(std::unique_ptr<PeerWatch> watch) { peers_ = std::move(watch); }
+  // PeerWatch::dead_peers(); empty without a watch. Communication thread only.
+  std::string dead_peers();
+  // Whether dead_peers() ever named a rank (MPI is then finalised by no one: it would wait
+  // for the dead).
+  bool peer_died() const { return peer_died_.load(); }
   // Breaks the group (first reason wins); later collectives fail at once.
   void mark_broken(const std::string& reason);
   // The count of threads blocked in this group's Works (comm/base/backoff.h).
@@ -103,6 +113,9 @@ class QueuedProcessGroup : public ProcessGroup {
   void run_loop();
   void run(Op& op);
   void check_fingerprints(Op& op);
+  // what, and the ranks whose processes exited, looked for up to a second (a failure
+  // spreads along the algorithm's messages faster than some peers see the exit).
+  std::string with_dead_peers(const std::string& what);
 
   const int rank_, size_;
   const bool checking_;
@@ -116,6 +129,8 @@ class QueuedProcessGroup : public ProcessGroup {
   bool stopping_ = false;
   std::string broken_;      // under mutex_
   CudaStaging staging_;     // comm thread only
+  std::unique_ptr<PeerWatch> peers_;  // comm thread only, once started
+  std::atomic<bool> peer_died_{false};
   std::thread thread_;
 };
 

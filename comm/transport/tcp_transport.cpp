@@ -15,9 +15,7 @@
 // cluster").
 //
 // Wire format: each message is an 8-byte length (host order: both ends are the same
-// build) followed by its bytes; the connection between ranks a < b is made by b, which
-// greets a with a magic number and its rank. The listening addresses go round through the
-// group's Bootstrap (MPI or the TCP rendezvous).
+// build) followed by its bytes, over a connection per pair of ranks (comm/transport/tcp_mesh.h).
 #include "ringflow/comm/transport/tcp_transport.h"
 
 #include <arpa/inet.h>
@@ -36,59 +34,13 @@
 #include <stdexcept>
 
 #include "ringflow/comm/base/socket.h"
+#include "ringflow/comm/transport/tcp_mesh.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr uint32_t kHello = 0x52465450;  // "RFTP"
-
-struct Endpoint {     // what each rank tells the others, through the bootstrap
-  uint32_t addr = 0;  // network byte order
-  uint16_t port = 0;  // network byte order
-  uint16_t ok = 0;    // 0: this rank could not listen
-};
-
-struct Hello {
-  uint32_t magic = kHello;
-  uint32_t rank = 0;
-};
-
-using detail::endpoint_text;
 using detail::poll_timeout;
-using detail::wait_for;
-
-// A connection to `to`, greeted with our rank; invalid and *error on failure.
-Fd connect_to(const Endpoint& to, int peer, int rank, Clock::time_point deadline,
-              std::string* error) {
-  int err = 0;
-  Fd fd = detail::connect_to(in_addr{to.addr}, to.port, deadline, &err);
-  const Hello hello{kHello, static_cast<uint32_t>(rank)};
-  if (fd && send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) err = errno;
-  if (err != 0) {
-    *error = cat("rank ", rank, " could not connect to rank ", peer, " at ",
-                 endpoint_text(to.addr, to.port), ": ", std::strerror(err));
-    return Fd();
-  }
-  return fd;
-}
-
-// Accepts one connection and reads its greeting: the peer's rank, or -1 when the deadline
-// passed first (a connection that does not greet as a rank is dropped and waited past).
-int accept_one(int listener, Clock::time_point deadline, Fd* out) {
-  while (wait_for(listener, POLLIN, deadline)) {
-    Fd fd(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (!fd) continue;  // EAGAIN, ECONNABORTED, EINTR: wait for the next one
-    Hello hello{};
-    if (detail::recv_all(fd.get(), &hello, sizeof hello, deadline).empty() &&
-        hello.magic == kHello) {
-      *out = std::move(fd);
-      return static_cast<int>(hello.rank);
-    }
-  }
-  return -1;
-}
 
 // What is left of a message (its 8-byte header, then its data) after `done` bytes.
 int rest_of_message(size_t done, uint64_t* header, void* data, size_t data_bytes, iovec* iov) {
@@ -105,83 +57,17 @@ int rest_of_message(size_t done, uint64_t* header, void* data, size_t data_bytes
 std::unique_ptr<TcpTransport> TcpTransport::create(Bootstrap& bootstrap,
                                                    const TcpTransportOptions& options,
                                                    std::string* why_not) {
-  const int rank = bootstrap.rank(), size = bootstrap.size();
-
-  // Listen, then tell everyone where.
-  std::string reason;
-  Endpoint mine;
-  in_addr addr{};
-  Fd listener;
-  if (detail::pick_address(options.interface, &addr, &reason)) {
-    sockaddr_in bound{};
-    listener = detail::listen_on(addr, 0, std::max(size, 16), &bound, &reason);
-    if (listener) mine = {bound.sin_addr.s_addr, bound.sin_port, 1};
-  }
-  if (!listener) reason = cat("rank ", rank, ": ", reason);
-  std::vector<Endpoint> all(size);
-  const std::vector<std::string> blobs =
-      bootstrap.allgather(std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-  for (int q = 0; q < size; ++q) {
-    RF_CHECK(blobs[q].size() == sizeof(Endpoint), "TcpTransport::create: rank ", q,
-             " sent an address of ", blobs[q].size(), " bytes");
-    std::memcpy(&all[q], blobs[q].data(), sizeof(Endpoint));
-  }
-  // A rank that found no interface but loopback cannot be reached from another host.
-  auto loopback = [](const Endpoint& e) { return e.addr == htonl(INADDR_LOOPBACK); };
-  const bool one_address = std::all_of(all.begin(), all.end(),
-                                       [&](const Endpoint& e) { return e.addr == all[0].addr; });
-  const bool stranded = !one_address && std::any_of(all.begin(), all.end(), loopback);
-  bool ok = mine.ok != 0;
-  if (ok && stranded && loopback(mine)) {
-    reason = cat("rank ", rank, " has no network interface that is up but loopback, and the "
-                 "other ranks listen elsewhere (give TcpTransportOptions::interface)");
-    ok = false;
-  }
-  // Connect only where every rank listens where the others can reach it.
-  const bool reachable = !stranded && std::all_of(all.begin(), all.end(),
-                                                  [](const Endpoint& e) { return e.ok != 0; });
-
-  // Rank b connects to every a < b; connections complete in the listeners' backlogs, so
-  // connecting before accepting cannot deadlock.
-  std::vector<Fd> fds(size);
-  const auto deadline = Clock::now() + options.setup_timeout;
-  for (int q = 0; q < rank && ok && reachable; ++q) {
-    fds[q] = connect_to(all[q], q, rank, deadline, &reason);
-    ok = fds[q].valid();
-  }
-  for (int accepted = 0; accepted < size - 1 - rank && ok && reachable; ++accepted) {
-    Fd fd;
-    const int peer = accept_one(listener.get(), deadline, &fd);
-    if (peer < 0) {
-      std::string missing;
-      for (int q = rank + 1; q < size; ++q) {
-        if (!fds[q]) missing += cat(missing.empty() ? "" : ", ", q);
-      }
-      reason = cat("rank ", rank, " timed out waiting for rank(s) ", missing, " to connect to ",
-                   endpoint_text(mine.addr, mine.port));
-      ok = false;
-    } else if (peer <= rank || peer >= size || fds[peer]) {
-      reason = cat("rank ", rank, ": a greeting from rank ", peer, ", not a rank above it");
-      ok = false;
-    } else {
-      fds[peer] = std::move(fd);
-    }
-  }
-  listener.reset();
-
-  // Every rank learns whether all succeeded and, if not, the first failing rank's reason.
-  if (ok) reason.clear();
-  for (const std::string& theirs : bootstrap.allgather(reason)) {
-    if (theirs.empty()) continue;
-    if (why_not) *why_not = theirs;
-    return nullptr;
-  }
+  std::vector<bool> everyone(static_cast<size_t>(bootstrap.size()), true);
+  everyone[static_cast<size_t>(bootstrap.rank())] = false;
+  std::optional<TcpMesh> mesh =
+      connect_mesh(bootstrap, everyone, options.interface, options.setup_timeout, why_not);
+  if (!mesh) return nullptr;
   const int one = 1;
-  for (int q = 0; q < size; ++q) {  // small messages (latency-bound algorithms) leave at once
-    if (fds[q]) setsockopt(fds[q].get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (const Fd& fd : mesh->fds) {  // small messages (latency-bound algorithms) leave at once
+    if (fd) setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  return std::unique_ptr<TcpTransport>(
-      new TcpTransport(rank, size, std::move(fds), endpoint_text(mine.addr, mine.port)));
+  return std::unique_ptr<TcpTransport>(new TcpTransport(
+      bootstrap.rank(), bootstrap.size(), std::move(mesh->fds), std::move(mesh->address)));
 }
 
 TcpTransport::TcpTransport(int rank, int size, std::vector<Fd> fds, std::string address)
