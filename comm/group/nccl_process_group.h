@@ -18,18 +18,20 @@
 // set_cuda_device(pg.device()) (kernels/cuda_devices.h) in any other thread that does.
 //
 // Streams and completion (Note [NCCL streams] in nccl_process_group.cpp): collectives are
-// issued on the calling thread (NCCL only queues work: there is no communication thread),
-// on the group's own CUDA stream, ordered after the work queued so far on the device's
-// legacy default stream (where every ringflow kernel runs) by an event. The Work completes
-// when an event recorded after the NCCL call has completed. Thread-safe: a mutex serialises
-// issuing, so sequence numbers follow the order of the calls.
+// queued, in issue order, to the group's communication thread (QueuedProcessGroup, shared
+// with MpiProcessGroup and TransportProcessGroup), which runs them on the group's own CUDA
+// stream, ordered by an event after the kernels the caller had queued on the device's
+// legacy default stream when it called (where every ringflow kernel runs), and polls an
+// event recorded after the NCCL call: the Work completes when it has. Thread-safe: sequence
+// numbers follow the order of the calls.
 //
-// Timeouts and errors (Note [NCCL timeouts]): wait() and is_completed() poll the event and
-// ncclCommGetAsyncError. Once options.timeout has passed since the collective was issued,
-// or NCCL reports an error, the communicator is aborted (NCCL cannot cancel a single
-// collective) and the group is broken: the Work fails with a CommError naming the
-// collective, its sequence number and this rank, and every later collective fails at once.
-// wait(timeout) with a shorter timeout only throws; the collective goes on.
+// Timeouts and errors (Note [NCCL timeouts]): the communication thread polls the event and
+// ncclCommGetAsyncError. Once the collective's timeout has passed since it started, or NCCL
+// reports an error, the communicator is aborted (NCCL cannot cancel a single collective)
+// and the group is broken: the Work fails with a CommError naming the collective, its
+// sequence number and this rank (and a rank whose process exited, which NCCL cannot tell:
+// PeerWatch), and every later collective fails at once. wait(timeout) with a shorter
+// timeout only throws; the collective goes on.
 //
 // What differs from MpiProcessGroup:
 //  - Tensors must be on this group's device (device()); CPU tensors throw
@@ -45,6 +47,7 @@
 //  - send/recv: NCCL has no tags. Messages between two ranks match in issue order; the tag
 //    must be >= 0 and is otherwise ignored, and a length mismatch is not detected.
 //  - No checking mode (no fingerprints); counts are not limited to INT_MAX.
+//  - Device memory is NCCL's to read: nothing is staged through the host.
 //
 // In a build without CUDA (kernels/no_cuda.cpp, comm/group/no_nccl.cpp) the constructors throw
 // CommError saying so.
@@ -52,11 +55,14 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ringflow/comm/bootstrap/bootstrap.h"
-#include "ringflow/comm/group/process_group.h"
+#include "ringflow/comm/group/queued_process_group.h"
 
 namespace ringflow::comm {
 
@@ -67,7 +73,7 @@ struct NcclProcessGroupOptions {
   Timeout timeout = kDefaultTimeout;
 };
 
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public QueuedProcessGroup {
  public:
   // Collective over the ranks of `parent` (an MpiBootstrap over it carries the set-up).
   explicit NcclProcessGroup(MPI_Comm parent = MPI_COMM_WORLD, NcclProcessGroupOptions options = {});
@@ -77,19 +83,13 @@ class NcclProcessGroup final : public ProcessGroup {
   // Collective over the ranks of `group`, which carries the set-up (GroupBootstrap) and
   // may be destroyed afterwards.
   explicit NcclProcessGroup(ProcessGroup& group, NcclProcessGroupOptions options = {});
-  // Waits for the collectives still running (up to their deadlines), then frees the
-  // communicator (ncclCommFinalize + ncclCommDestroy), or aborts it when it is broken or a
-  // collective did not finish in time. Works may outlive the group.
+  // Runs the collectives still queued (each up to its deadline), then frees the
+  // communicator (ncclCommFinalize + ncclCommDestroy), or aborts it when the group is
+  // broken.
   ~NcclProcessGroup() override;
 
-  int rank() const override;
-  int size() const override;
   std::string backend_name() const override { return "nccl"; }
-  int device() const;  // the CUDA device index this rank's tensors must be on
-  // Empty while usable; the reason once a collective failed or timed out.
-  std::string broken_reason() const;
-
-  struct State;  // shared with the Works (nccl_process_group.cpp)
+  int device() const { return device_; }  // the CUDA device index this rank's tensors must be on
 
  protected:
   void check_device(const char* what, const char* role, Device device) const override;
@@ -111,10 +111,31 @@ class NcclProcessGroup final : public ProcessGroup {
                                 const CollectiveOptions&) override;
   std::shared_ptr<Work> do_recv(const Tensor& tensor, int peer, int tag,
                                 const CollectiveOptions&) override;
+  // Never called: the group has no checking mode.
+  std::vector<Fingerprint> exchange_fingerprints(Op& op) override;
 
  private:
+  struct Cuda;  // the communicator, stream and events (nccl_process_group.cpp)
+  // What a body queues on the group's stream: NCCL call(s), as an ncclResult_t.
+  using Enqueue = std::function<int(void* comm, void* stream)>;
+
   void init(Bootstrap& bootstrap, const NcclProcessGroupOptions& options);
-  std::shared_ptr<State> state_;
+  // Queues a collective (its tensors, read and written) to run `enqueue` on the
+  // communication thread; traffic: what its Work reports.
+  std::shared_ptr<Work> enqueue_nccl(Fingerprint fp, const CollectiveOptions& o, const char* call,
+                                     std::vector<CollectiveArg> args, Enqueue enqueue,
+                                     std::optional<Traffic> traffic = std::nullopt);
+  std::shared_ptr<Work> enqueue_nccl_p2p(const Tensor& t, bool send, int peer, int tag,
+                                         const CollectiveOptions& o, Enqueue enqueue);
+  // On the communication thread: issue_and_wait, and on any failure the communicator
+  // aborted and a CommError naming the collective and this rank.
+  void run_on_stream(Op& op, const char* call, const Enqueue& enqueue);
+  // Orders the stream after the inputs, queues the call, polls until it completed; throws
+  // on an error, a dead peer or at the deadline.
+  void issue_and_wait(Op& op, const char* call, const Enqueue& enqueue);
+
+  int device_ = -1;
+  std::unique_ptr<Cuda> cuda_;
   Tensor barrier_buffer_;  // one f32 on device(), the barrier's allreduce
 };
 

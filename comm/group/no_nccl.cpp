@@ -15,19 +15,17 @@ namespace {
 
 }  // namespace
 
-struct NcclProcessGroup::State {};
+struct NcclProcessGroup::Cuda {};
 
-NcclProcessGroup::NcclProcessGroup(MPI_Comm, NcclProcessGroupOptions) { no_nccl(); }
-NcclProcessGroup::NcclProcessGroup(Bootstrap&, NcclProcessGroupOptions) { no_nccl(); }
-NcclProcessGroup::NcclProcessGroup(ProcessGroup&, NcclProcessGroupOptions) { no_nccl(); }
+NcclProcessGroup::NcclProcessGroup(MPI_Comm, NcclProcessGroupOptions)
+    : QueuedProcessGroup(0, 1, false, false) { no_nccl(); }
+NcclProcessGroup::NcclProcessGroup(Bootstrap&, NcclProcessGroupOptions)
+    : QueuedProcessGroup(0, 1, false, false) { no_nccl(); }
+NcclProcessGroup::NcclProcessGroup(ProcessGroup&, NcclProcessGroupOptions)
+    : QueuedProcessGroup(0, 1, false, false) { no_nccl(); }
 NcclProcessGroup::~NcclProcessGroup() = default;
-void NcclProcessGroup::init(Bootstrap&, const NcclProcessGroupOptions&) { no_nccl(); }
-
-int NcclProcessGroup::rank() const { return 0; }
-int NcclProcessGroup::size() const { return 1; }
-int NcclProcessGroup::device() const { return -1; }
-std::string NcclProcessGroup::broken_reason() const { return "built without NCCL"; }
 void NcclProcessGroup::check_device(const char*, const char*, Device) const { no_nccl(); }
+std::vector<QueuedProcessGroup::Fingerprint> NcclProcessGroup::exchange_fingerprints(Op&) { no_nccl(); }
 
 std::shared_ptr<Work> NcclProcessGroup::do_broadcast(const Tensor&, const CollectiveOptions&) { no_nccl(); }
 std::shared_ptr<Work> NcclProcessGroup::do_reduce(const Tensor&, const CollectiveOptions&) { no_nccl(); }

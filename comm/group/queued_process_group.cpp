@@ -11,8 +11,9 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-QueuedProcessGroup::QueuedProcessGroup(int rank, int size, bool checking)
-    : host_of_(static_cast<size_t>(size), 0), rank_(rank), size_(size), checking_(checking) {}
+QueuedProcessGroup::QueuedProcessGroup(int rank, int size, bool checking, bool stage_cuda)
+    : host_of_(static_cast<size_t>(size), 0), rank_(rank), size_(size), checking_(checking),
+      stage_cuda_(stage_cuda) {}
 
 void QueuedProcessGroup::set_hosts(std::vector<int> host_of) {
   RF_CHECK(static_cast<int>(host_of.size()) == size_, "set_hosts: ", host_of.size(),
@@ -189,9 +190,9 @@ void QueuedProcessGroup::run(Op& op) {
   }
   try {
     work.set_status("running");
-    staging_.stage_in(op.args, work, op.inputs_ready);
+    if (stage_cuda_) staging_.stage_in(op.args, work, op.inputs_ready);
     op.body(op);
-    staging_.stage_out(op.args, work, op.inputs_ready);
+    if (stage_cuda_) staging_.stage_out(op.args, work, op.inputs_ready);
     work.finish();
   } catch (const std::exception& e) {
     // Failed part-way: the other ranks may be anywhere in it, so the group is broken.

@@ -1,9 +1,9 @@
-// QueuedProcessGroup: what a process group that computes on the host shares whatever moves
-// its bytes (MPI, our transports): the queue and the one communication thread that runs
-// collectives in issue order while the caller computes, the sequence numbers, checking
-// mode's fingerprints, CUDA tensors staged through host memory (CudaStaging), the broken
-// state after a collective failed part-way, and naming the rank whose exit made it fail
-// (PeerWatch). A backend says how each collective runs (a body
+// QueuedProcessGroup: what every process group shares whatever moves its bytes (MPI, our
+// transports, NCCL): the queue and the one communication thread that runs collectives in
+// issue order while the caller computes, the sequence numbers, checking mode's
+// fingerprints, CUDA tensors staged through host memory (CudaStaging) for backends that
+// compute on the host, the broken state after a collective failed part-way, and naming the
+// rank whose exit made it fail (PeerWatch). A backend says how each collective runs (a body
 // queued with its arguments) and how fingerprints travel.
 #pragma once
 
@@ -66,7 +66,10 @@ class QueuedProcessGroup : public ProcessGroup {
     Buffer host(size_t i) const { return args.at(i).buffer(); }
   };
 
-  QueuedProcessGroup(int rank, int size, bool checking);
+  // stage_cuda: CUDA tensors go through host memory (CudaStaging) for backends that compute
+  // on the host; false for one that reads device memory itself (NCCL), whose bodies then
+  // order their work after op.inputs_ready and bump the versions of what they write.
+  QueuedProcessGroup(int rank, int size, bool checking, bool stage_cuda = true);
   // Each rank's host (comm/bootstrap/bootstrap.h, host_indices), which the hierarchical
   // allreduce needs; the derived constructor sets it (all ranks on one host until then).
   void set_hosts(std::vector<int> host_of);
@@ -119,6 +122,7 @@ class QueuedProcessGroup : public ProcessGroup {
 
   const int rank_, size_;
   const bool checking_;
+  const bool stage_cuda_;
   const std::shared_ptr<Waiters> waiters_ = std::make_shared<Waiters>();
   mutable std::mutex mutex_;
   int64_t next_seq_ = 0;  // collectives issued, under mutex_

@@ -1,7 +1,6 @@
 // Work: the handle an asynchronous collective returns. The communication thread that runs
-// the collective completes it (finish), or a backend's subclass finds out when asked
-// (NcclProcessGroup's polls a CUDA event in wait and is_completed); any thread may wait on
-// it, poll it or read its error. Thread-safe. The description names the collective and its sequence number
+// the collective completes it (finish), or a backend's subclass finds out when asked (wait
+// and is_completed are virtual); any thread may wait on it, poll it or read its error. Thread-safe. The description names the collective and its sequence number
 // ("allreduce #5 (f32, 1000 elements)"); the status says what it is waiting for, so that a
 // wait that runs out of time can say what is missing.
 #pragma once
