@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+from train_log import until_training
+
 cluster, train = sys.argv[1], sys.argv[2]
 failures = []
 LIMIT = 10.0  # seconds from the fault to the survivors' exit
@@ -37,14 +39,7 @@ def run(sync_args, cleanup, fault):
            "--comm-timeout", "120", *sync_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    seen, table = "", []
-    while "Iteration [3/" not in seen:  # training is under way on every rank
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen += line
-        if "processes (pid@host) by rank: " in line:
-            table = line.split("by rank: ")[1].split()
+    seen, table = until_training(proc)
     if proc.poll() == 77 or (not table and "cannot emulate a cluster" in seen):
         print(seen.strip())
         sys.exit(77)

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from train_log import until_training
+
 train, mpiexec = sys.argv[1], sys.argv[2]
 ARGS = ["--sync", "ddp", "--epochs", "1", "--max-iters", "4", "--threads", "1",
         "--eval-every", "0", "--log-every", "1"]
@@ -97,12 +99,7 @@ with tempfile.TemporaryDirectory() as tmp:
                                             MASTER_PORT=port),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(3)]
-    seen = ""
-    while "Iteration [3/" not in seen:  # training is under way on every rank
-        line = procs[0].stdout.readline()
-        if not line:
-            break
-        seen += line
+    seen, _ = until_training(procs[0])  # training is under way on every rank
     killed_at = time.monotonic()
     procs[2].send_signal(signal.SIGKILL)
     outs = [seen + procs[0].communicate(timeout=100)[0], procs[1].communicate(timeout=100)[0]]
@@ -123,14 +120,7 @@ with tempfile.TemporaryDirectory() as tmp:
                                  "--comm-timeout", "120"],
                                 env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        seen, table = "", []
-        while "Iteration [3/" not in seen:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen += line
-            if "processes (pid@host) by rank: " in line:
-                table = line.split("by rank: ")[1].split()
+        seen, table = until_training(proc)
         check(len(table) == 3, f"{what}: the log gives each rank's pid@host: {table}")
         if len(table) != 3:
             proc.kill()

@@ -306,20 +306,6 @@ std::shared_ptr<Work> NcclProcessGroup::enqueue_nccl(Fingerprint fp, const Colle
                             });
 }
 
-std::shared_ptr<Work> NcclProcessGroup::enqueue_nccl_p2p(const Tensor& t, bool send, int peer,
-                                                         int tag, const CollectiveOptions& o,
-                                                         Enqueue enqueue) {
-  auto op = std::make_shared<Op>();
-  op->timeout = o.timeout;
-  op->args = {{t, /*in=*/send, /*out=*/!send}};
-  const char* call = send ? "ncclSend" : "ncclRecv";
-  op->body = [this, call, enqueue = std::move(enqueue)](Op& op) { run_on_stream(op, call, enqueue); };
-  return enqueue_p2p(std::move(op), [&](int64_t seq) {
-    return cat(send ? "send #" : "recv #", seq, send ? " to rank " : " from rank ", peer, " (",
-               dtype_name(t.dtype()), ", ", t.numel(), " elements, tag ", tag, ")");
-  });
-}
-
 std::vector<QueuedProcessGroup::Fingerprint> NcclProcessGroup::exchange_fingerprints(Op&) {
   throw std::logic_error("NcclProcessGroup has no checking mode");
 }
@@ -639,24 +625,35 @@ std::shared_ptr<Work> NcclProcessGroup::do_barrier(const CollectiveOptions& o) {
                       });
 }
 
+// NCCL has no tags: messages between two ranks match in issue order.
+std::shared_ptr<Work> NcclProcessGroup::enqueue_nccl_p2p(const Tensor& t, bool send, int peer,
+                                                         int tag, const CollectiveOptions& o) {
+  auto op = std::make_shared<Op>();
+  op->timeout = o.timeout;
+  op->args = {{t, /*in=*/send, /*out=*/!send}};
+  const Enqueue enqueue = [t, send, peer](void* comm, void* stream) {
+    if (t.numel() == 0) return static_cast<int>(ncclSuccess);
+    const auto n = static_cast<size_t>(t.numel());
+    const ncclDataType_t type = detail::nccl_dtype(t.dtype());
+    return static_cast<int>(send ? ncclSend(t.raw_data(), n, type, peer, as_comm(comm), as_stream(stream))
+                                 : ncclRecv(t.raw_data(), n, type, peer, as_comm(comm), as_stream(stream)));
+  };
+  const char* call = send ? "ncclSend" : "ncclRecv";
+  op->body = [this, call, enqueue](Op& op) { run_on_stream(op, call, enqueue); };
+  return enqueue_p2p(std::move(op), [&](int64_t seq) {
+    return cat(send ? "send #" : "recv #", seq, send ? " to rank " : " from rank ", peer, " (",
+               dtype_name(t.dtype()), ", ", t.numel(), " elements, tag ", tag, ")");
+  });
+}
+
 std::shared_ptr<Work> NcclProcessGroup::do_send(const Tensor& t, int peer, int tag,
                                                 const CollectiveOptions& o) {
-  return enqueue_nccl_p2p(t, /*send=*/true, peer, tag, o, [t, peer](void* comm, void* stream) {
-    if (t.numel() == 0) return static_cast<int>(ncclSuccess);
-    return static_cast<int>(ncclSend(t.raw_data(), static_cast<size_t>(t.numel()),
-                                     detail::nccl_dtype(t.dtype()), peer, as_comm(comm),
-                                     as_stream(stream)));
-  });
+  return enqueue_nccl_p2p(t, /*send=*/true, peer, tag, o);
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_recv(const Tensor& t, int peer, int tag,
                                                 const CollectiveOptions& o) {
-  return enqueue_nccl_p2p(t, /*send=*/false, peer, tag, o, [t, peer](void* comm, void* stream) {
-    if (t.numel() == 0) return static_cast<int>(ncclSuccess);
-    return static_cast<int>(ncclRecv(t.raw_data(), static_cast<size_t>(t.numel()),
-                                     detail::nccl_dtype(t.dtype()), peer, as_comm(comm),
-                                     as_stream(stream)));
-  });
+  return enqueue_nccl_p2p(t, /*send=*/false, peer, tag, o);
 }
 
 }  // namespace ringflow::comm

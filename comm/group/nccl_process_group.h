@@ -125,8 +125,9 @@ class NcclProcessGroup final : public QueuedProcessGroup {
   std::shared_ptr<Work> enqueue_nccl(Fingerprint fp, const CollectiveOptions& o, const char* call,
                                      std::vector<CollectiveArg> args, Enqueue enqueue,
                                      std::optional<Traffic> traffic = std::nullopt);
+  // Queues ncclSend or ncclRecv of t with peer.
   std::shared_ptr<Work> enqueue_nccl_p2p(const Tensor& t, bool send, int peer, int tag,
-                                         const CollectiveOptions& o, Enqueue enqueue);
+                                         const CollectiveOptions& o);
   // On the communication thread: issue_and_wait, and on any failure the communicator
   // aborted and a CommError naming the collective and this rank.
   void run_on_stream(Op& op, const char* call, const Enqueue& enqueue);
