@@ -604,13 +604,23 @@ int main(int argc, char** argv) {
   ringflow::apps::Flags f;
   ringflow::apps::add_flags(app, f);
   CLI11_PARSE(app, argc, argv);
-  try {
-    ringflow::apps::check_flag_combinations(f);
-    ringflow::apps::Trainer(f).run();
-    return 0;
-  } catch (const std::exception& e) {
+  const auto fail = [](const std::exception& e) {
     std::fflush(stdout);  // what was logged comes before the reason it stopped
     fmt::print(stderr, "train: {}\n", e.what());
     return 1;
+  };
+  try {
+    ringflow::apps::check_flag_combinations(f);
+    ringflow::apps::Trainer trainer(f);
+    try {
+      trainer.run();
+    } catch (const std::exception& e) {
+      // Said before the trainer is torn down (loader threads, process groups): a launcher
+      // may end the job within 100 ms of a rank's death (Hydra, comm/base/process.h).
+      return fail(e);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    return fail(e);
   }
 }

@@ -56,6 +56,7 @@
 
 #include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/process.h"
 #include "ringflow/comm/group/collective_kind.h"
 #include "ringflow/comm/transport/counting_transport.h"
 #include "ringflow/comm/base/mpi_error.h"
@@ -307,7 +308,7 @@ std::vector<int> MpiProcessGroup::poll(Op& op, std::vector<MPI_Request>& request
     if (remaining == 0) break;
     const auto now = Clock::now();
     if (now >= op.deadline) break;
-    if (now - last_look >= std::chrono::milliseconds(100)) {
+    if (now - last_look >= kLivenessPeriod) {
       last_look = now;
       const std::string dead = dead_peers();
       if (!dead.empty()) {
@@ -486,6 +487,7 @@ void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const 
   op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
   MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
   mpi_transport.set_waiters(waiters());
+  mpi_transport.set_liveness([this] { return dead_peers(); });
   if (transport_) transport_->set_deadline(op.deadline);
   CountingTransport transport(transport_ ? *transport_ : static_cast<Transport&>(mpi_transport));
   try {

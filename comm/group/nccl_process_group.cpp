@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/process.h"
 #include "ringflow/comm/group/collective_kind.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/comm/bootstrap/mpi_bootstrap.h"
@@ -284,7 +285,7 @@ void NcclProcessGroup::issue_and_wait(Op& op, const char* call, const Enqueue& e
           "aborted. A rank did not reach this collective or stopped inside it (NCCL cannot "
           "tell which); every rank must issue the same collectives in the same order"));
     }
-    if (Clock::now() - last_look >= std::chrono::milliseconds(100)) {
+    if (Clock::now() - last_look >= kLivenessPeriod) {
       last_look = Clock::now();
       const std::string dead = dead_peers();
       if (!dead.empty()) throw CommError(cat(dead, " while this rank waited in ", call));

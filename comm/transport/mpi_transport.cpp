@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ringflow/comm/base/backoff.h"
+#include "ringflow/comm/base/process.h"
 #include "ringflow/comm/base/mpi_error.h"
 #include "ringflow/framework/error.h"
 
@@ -121,6 +122,7 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
   std::vector<MPI_Status> done_statuses(n);
   // A segment of the ring arrives within microseconds to a millisecond.
   Backoff backoff(1000, waiters());
+  auto last_look = std::chrono::steady_clock::now();
   for (int remaining = n; remaining > 0;) {
     int done = 0;
     RF_MPI_CALL(MPI_Testsome(n, requests, &done, indices.data(), done_statuses.data()), peers[0]);
@@ -140,6 +142,14 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
       }
       throw std::runtime_error(cat("MpiTransport ", call, " on rank ", rank_,
                                    " timed out waiting for ", waiting));
+    }
+    if (dead_peers_ && std::chrono::steady_clock::now() - last_look >= kLivenessPeriod) {
+      last_look = std::chrono::steady_clock::now();
+      const std::string dead = dead_peers_();
+      if (!dead.empty()) {
+        throw std::runtime_error(cat("MpiTransport ", call, " on rank ", rank_, ": ", dead,
+                                     " while this rank waited"));
+      }
     }
     backoff.pause();
   }

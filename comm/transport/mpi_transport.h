@@ -14,6 +14,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 
 #include "ringflow/comm/transport/transport.h"
 
@@ -30,6 +32,10 @@ class MpiTransport final : public Transport {
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
   void set_deadline(Deadline deadline) override { deadline_ = deadline; }
+  // Asked every kLivenessPeriod while a call with a deadline waits: a non-empty answer
+  // (which peers died, as PeerWatch says) fails the call with it, since MPI never reports a
+  // dead peer.
+  void set_liveness(std::function<std::string()> dead_peers) { dead_peers_ = std::move(dead_peers); }
 
   void send(const void* data, size_t bytes, int peer) override;
   void recv(void* data, size_t bytes, int peer) override;
@@ -44,6 +50,7 @@ class MpiTransport final : public Transport {
   MPI_Comm comm_;
   int tag_;
   Deadline deadline_;
+  std::function<std::string()> dead_peers_;
   int rank_ = 0;
   int size_ = 1;
 };

@@ -78,8 +78,6 @@ constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
 constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
-// How often a waiting rank looks whether the peers it waits for still exist.
-constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
