@@ -36,7 +36,7 @@
 // MPI_Finalize makes mpiexec kill every other rank at once (exit 1, or 9 with "BAD
 // TERMINATION"): no hang, but no message of ours. Under `mpiexec -disable-auto-cleanup`
 // the survivors go on; MPI reports no error for the dead peer (on one node, nor across
-// nodes over TCP), so the group asks its PeerWatch every 100 ms while it polls: a rank of
+// nodes over TCP), so the group asks its PeerWatch every kLivenessPeriod while it polls: a rank of
 // this node whose process is gone, or of another node whose liveness link closed, fails
 // the collective naming it (Note [liveness links] in peer_watch.cpp), and MPI is then not
 // finalised (its finalize waits for the dead). A rank that calls MPI_Finalize and returns

@@ -40,7 +40,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <utility>

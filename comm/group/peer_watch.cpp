@@ -100,6 +100,10 @@ std::string PeerWatch::link_ended(Peer& p) {
              got < 0 ? std::strerror(errno) : "unexpected bytes");
 }
 
+bool PeerWatch::saw_death() const {
+  return std::any_of(peers_.begin(), peers_.end(), [](const Peer& p) { return !p.dead.empty(); });
+}
+
 std::string PeerWatch::dead_peers() {
   std::string out;
   for (Peer& p : peers_) {

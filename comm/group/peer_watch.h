@@ -34,6 +34,8 @@ class PeerWatch {
   std::string dead_peers();
   // Why the ranks of other nodes are not watched; empty when they are (or there are none).
   const std::string& unwatched() const { return unwatched_; }
+  // Whether dead_peers() has named a rank (what it found is kept; nothing is looked at anew).
+  bool saw_death() const;
 
  private:
   struct Peer {

@@ -202,13 +202,6 @@ void QueuedProcessGroup::run(Op& op) {
   }
 }
 
-std::string QueuedProcessGroup::dead_peers() {
-  if (!peers_) return "";
-  std::string dead = peers_->dead_peers();
-  if (!dead.empty()) peer_died_.store(true);
-  return dead;
-}
-
 std::string QueuedProcessGroup::with_dead_peers(const std::string& what) {
   if (!peers_) return what;
   const auto until = Clock::now() + std::chrono::seconds(1);

@@ -37,6 +37,9 @@ class QueuedProcessGroup : public ProcessGroup {
   Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // Empty while usable; the reason once a collective timed out or failed part-way.
   std::string broken_reason() const;
+  // Why the ranks of other nodes are not watched for their exit (PeerWatch::unwatched:
+  // the liveness links could not be made); empty when they are or there are none.
+  std::string peers_unwatched() const { return peers_ ? peers_->unwatched() : ""; }
 
   // What checking mode compares across ranks before each collective.
   struct Fingerprint {
@@ -96,10 +99,10 @@ class QueuedProcessGroup : public ProcessGroup {
   // that fails part-way then names the rank whose exit started it.
   void watch_peers(std::unique_ptr<PeerWatch> watch) { peers_ = std::move(watch); }
   // PeerWatch::dead_peers(); empty without a watch. Communication thread only.
-  std::string dead_peers();
+  std::string dead_peers() { return peers_ ? peers_->dead_peers() : ""; }
   // Whether dead_peers() ever named a rank (MPI is then finalised by no one: it would wait
-  // for the dead).
-  bool peer_died() const { return peer_died_.load(); }
+  // for the dead). Once the communication thread has stopped.
+  bool peer_died() const { return peers_ && peers_->saw_death(); }
   // Breaks the group (first reason wins); later collectives fail at once.
   void mark_broken(const std::string& reason);
   // The count of threads blocked in this group's Works (comm/base/backoff.h).
@@ -134,7 +137,6 @@ class QueuedProcessGroup : public ProcessGroup {
   std::string broken_;      // under mutex_
   CudaStaging staging_;     // comm thread only
   std::unique_ptr<PeerWatch> peers_;  // comm thread only, once started
-  std::atomic<bool> peer_died_{false};
   std::thread thread_;
 };
 

@@ -7,7 +7,7 @@
 // leaving a host) sends from a helper thread while the caller receives, so that neither
 // end's full channels wait for the other's whole message; each transport is still used by
 // one thread at a time. Failures are the parts' own: a dead rank on this host is named
-// within about 100 ms, one on another host when its connections close, a silent one at the
+// within kLivenessPeriod, one on another host when its connections close, a silent one at the
 // deadline. Threading: calls from one thread at a time.
 #pragma once
 
