@@ -33,6 +33,7 @@
 #include "ringflow/apps/step_memory.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
+#include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -611,12 +612,13 @@ int main(int argc, char** argv) {
   };
   try {
     ringflow::apps::check_flag_combinations(f);
+    if (f.launcher != "env") ringflow::comm::supervise_rank();  // before any thread starts
     ringflow::apps::Trainer trainer(f);
     try {
       trainer.run();
     } catch (const std::exception& e) {
-      // Said before the trainer is torn down (loader threads, process groups): a launcher
-      // may end the job within 100 ms of a rank's death (Hydra, comm/base/process.h).
+      // Said before the trainer is torn down (loader threads, process groups), which is
+      // slower than a launcher that ends the job once a rank exits (rank_supervisor.h).
       return fail(e);
     }
     return 0;

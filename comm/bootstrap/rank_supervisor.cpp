@@ -1,0 +1,107 @@
+#include "ringflow/comm/bootstrap/rank_supervisor.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "ringflow/comm/base/process.h"
+
+namespace ringflow::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_rank = 0;  // the supervised child, for the forwarding handler
+
+void forward_to_rank(int sig) { ::kill(g_rank, sig); }
+
+int threads_of_this_process() {
+  DIR* dir = ::opendir("/proc/self/task");
+  if (!dir) return -1;
+  int n = 0;
+  while (const dirent* e = ::readdir(dir)) n += e->d_name[0] != '.';
+  ::closedir(dir);
+  return n;
+}
+
+// The children that `pid`'s main thread started (the launcher's and the supervisors' are
+// all started there), from /proc: one small file, not a walk over every process.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Whether a rank beside this supervisor runs: a live child of another of the launcher's.
+bool other_ranks_run(pid_t launcher) {
+  for (pid_t supervisor : children_of(launcher)) {
+    if (supervisor == ::getpid()) continue;
+    for (pid_t rank : children_of(supervisor)) {
+      if (process_alive(rank)) return true;
+    }
+  }
+  return false;
+}
+
+// Whether Hydra started ranks on other nodes too (it tells each rank the job's size and
+// its node's); when it does not say, assume so.
+bool ranks_elsewhere() {
+  const char* all = std::getenv("PMI_SIZE");
+  const char* here = std::getenv("MPI_LOCALNRANKS");
+  return !all || !here || std::atoi(all) > std::atoi(here);
+}
+
+[[noreturn]] void wait_and_exit(pid_t child, pid_t launcher, std::chrono::milliseconds grace,
+                                std::chrono::milliseconds other_nodes) {
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0) {
+    if (errno != EINTR) std::_Exit(127);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) std::_Exit(0);
+  const auto ended = Clock::now();
+  while (Clock::now() < ended + grace && ::getppid() == launcher && other_ranks_run(launcher)) {
+    std::this_thread::sleep_for(kLivenessPeriod);
+  }
+  if (WIFEXITED(status)) std::_Exit(WEXITSTATUS(status));
+  if (ranks_elsewhere()) std::this_thread::sleep_until(ended + other_nodes);
+  const rlimit no_core{0, 0};  // the rank dumped its own core if it was to
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  ::signal(WTERMSIG(status), SIG_DFL);
+  ::raise(WTERMSIG(status));
+  std::_Exit(128 + WTERMSIG(status));  // a signal whose default is to go on
+}
+
+}  // namespace
+
+bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds other_nodes) {
+  if (!std::getenv("PMI_FD") || !std::getenv("PMI_RANK")) return false;
+  if (threads_of_this_process() != 1) return false;
+  const pid_t launcher = ::getppid();
+  const pid_t supervisor = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) return false;
+  if (child > 0) {
+    g_rank = child;
+    ::signal(SIGUSR1, SIG_IGN);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, forward_to_rank);
+    wait_and_exit(child, launcher, grace, other_nodes);
+  }
+  // The rank dies with its supervisor (killed alone, it would leave the rank running).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != supervisor) std::_Exit(1);
+  return true;
+}
+
+}  // namespace ringflow::comm
