@@ -32,16 +32,15 @@
 // detects it) is thrown as a CommError naming the call and this rank, not an abort.
 //
 // Note [a rank that dies]: measured with MPICH 4.0.2 (Hydra, ch4:ucx), see
-// tests/comm_failure_test.cpp and tests/dead_rank_test.py. A rank that exits without
-// MPI_Finalize makes mpiexec kill every other rank at once (exit 1, or 9 with "BAD
-// TERMINATION"): no hang, but no message of ours. Under `mpiexec -disable-auto-cleanup`
-// the survivors go on; MPI reports no error for the dead peer (on one node, nor across
-// nodes over TCP), so the group asks its PeerWatch every kLivenessPeriod while it polls: a rank of
-// this node whose process is gone, or of another node whose liveness link closed, fails
-// the collective naming it (Note [liveness links] in peer_watch.cpp), and MPI is then not
-// finalised (its finalize waits for the dead). A rank that calls MPI_Finalize and returns
-// early is the same as one that skips the collective: the others fail at the timeout,
-// naming it in checking mode.
+// tests/comm_failure_test.cpp and tests/dead_rank_test.py. Hydra kills a node's ranks
+// when one dies or exits without MPI_Finalize; train's ranks outlive that under a
+// supervisor (comm/bootstrap/rank_supervisor.h). MPI reports no error for the dead peer (on
+// one node, nor across nodes over TCP), so the group asks its PeerWatch every
+// kLivenessPeriod while it polls: a rank of this node whose process is gone, or of another
+// node whose liveness link closed, fails the collective naming it (Note [liveness links]
+// in peer_watch.cpp), and MPI is then not finalised (its finalize waits for the dead). A
+// rank that calls MPI_Finalize and returns early is the same as one that skips the
+// collective: the others fail at the timeout, naming it in checking mode.
 //
 // CUDA tensors: staged by the queued base (Note [CUDA tensors over host groups] in
 // cuda_staging.cpp).

@@ -143,8 +143,9 @@ void MpiTransport::complete(int n, MPI_Request* requests, MPI_Status* statuses,
       throw std::runtime_error(cat("MpiTransport ", call, " on rank ", rank_,
                                    " timed out waiting for ", waiting));
     }
-    if (dead_peers_ && std::chrono::steady_clock::now() - last_look >= kLivenessPeriod) {
-      last_look = std::chrono::steady_clock::now();
+    if (const auto now = std::chrono::steady_clock::now();
+        dead_peers_ && now - last_look >= kLivenessPeriod) {
+      last_look = now;
       const std::string dead = dead_peers_();
       if (!dead.empty()) {
         throw std::runtime_error(cat("MpiTransport ", call, " on rank ", rank_, ": ", dead,

@@ -18,9 +18,10 @@
 // wait past it throws std::runtime_error naming the rank waited for, and the transport is
 // then unusable (its channels stop part-way through a message): every later call throws.
 // A message of another length than expected throws as well. A peer that exits (killed,
-// crashed) is noticed while waiting for it, within kLivenessPeriod (comm/base/process.h): the wait throws naming
-// its rank and process id instead of lasting until the deadline; and a rank whose wait
-// failed marks its segment, so that the ranks waiting for it give up at once too.
+// crashed) is noticed while waiting for it, within kLivenessPeriod (comm/base/process.h):
+// the wait throws naming its rank and process id instead of lasting until the deadline;
+// and a rank whose wait failed marks its segment, so that the ranks waiting for it give up
+// at once too.
 #pragma once
 
 #include <chrono>
