@@ -93,6 +93,8 @@ struct Row {
   double gflop = 0;
   double raw_ms = 0, op_ms = 0;
   double check = 0;  // max relative difference between the two paths' results
+  double tolerance = 1e-3;  // what check may be: two roundings of a 16-bit result apart
+  bool ok() const { return check < tolerance; }
 };
 
 // (op result, raw result) pairs, read after the timing.
@@ -121,7 +123,9 @@ Row measure(const Timing& t, std::string op, std::string shape, double gflop, co
   return r;
 }
 
-Tensor uniform(const Shape& shape) { return ringflow::rand(shape, nullptr, DType::f32, -1.0, 1.0); }
+Tensor uniform(const Shape& shape, DType dtype = DType::f32) {
+  return ringflow::rand(shape, nullptr, DType::f32, -1.0, 1.0).to(dtype);
+}
 
 // ---------------------------------------------------------------- raw oneDNN
 dnnl::engine& engine() {
@@ -144,7 +148,10 @@ Call run(dnnl::primitive prim, std::unordered_map<int, dnnl::memory> args) {
 
 struct ConvShape {
   int64_t N, C, K, H, W;  // 3x3, stride 1, pad 1
+  DType dtype = DType::f32;
 };
+
+dt of(DType d) { return d == DType::bf16 ? dt::bf16 : dt::f32; }
 
 // The descriptors every raw conv primitive shares, and the forward pd (the backward hint).
 struct RawConv {
@@ -152,11 +159,11 @@ struct RawConv {
   dnnl::memory::dims strides{1, 1}, dil{0, 0}, pad{1, 1};
   dnnl::convolution_forward::primitive_desc fwd_pd;
   explicit RawConv(const ConvShape& s)
-      : x_md({s.N, s.C, s.H, s.W}, dt::f32, tag::nhwc),
-        y_md({s.N, s.K, s.H, s.W}, dt::f32, tag::nhwc),
-        w_user_md({s.K, s.C, 3, 3}, dt::f32, tag::oihw),
-        w_any({s.K, s.C, 3, 3}, dt::f32, tag::any),
-        b_md({s.K}, dt::f32, tag::a) {
+      : x_md({s.N, s.C, s.H, s.W}, of(s.dtype), tag::nhwc),
+        y_md({s.N, s.K, s.H, s.W}, of(s.dtype), tag::nhwc),
+        w_user_md({s.K, s.C, 3, 3}, of(s.dtype), tag::oihw),
+        w_any({s.K, s.C, 3, 3}, of(s.dtype), tag::any),
+        b_md({s.K}, of(s.dtype), tag::a) {
     fwd_pd = dnnl::convolution_forward::primitive_desc(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                         x_md, w_any, b_md, y_md, strides, dil, pad, pad),
@@ -238,10 +245,10 @@ Call op_backward(const Tensor& y, const Tensor& dy, const std::vector<Tensor>& l
 struct ConvInputs {
   Tensor x, w, b, dy;
   explicit ConvInputs(const ConvShape& s)
-      : x(uniform({s.N, s.C, s.H, s.W}).channels_last()),
-        w(uniform({s.K, s.C, 3, 3})),
-        b(uniform({s.K})),
-        dy(uniform({s.N, s.K, s.H, s.W}).channels_last()) {}
+      : x(uniform({s.N, s.C, s.H, s.W}, s.dtype).channels_last()),
+        w(uniform({s.K, s.C, 3, 3}, s.dtype)),
+        b(uniform({s.K}, s.dtype)),
+        dy(uniform({s.N, s.K, s.H, s.W}, s.dtype).channels_last()) {}
   // Fresh leaves on the same memory, with requires_grad as given.
   ConvInputs leaves(bool rx, bool rw) const {
     ConvInputs c = *this;
@@ -253,7 +260,8 @@ struct ConvInputs {
 };
 
 std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
-  const std::string shape = fmt::format("N{} {}->{} {}x{} 3x3", s.N, s.C, s.K, s.H, s.W);
+  const std::string shape =
+      fmt::format("N{} {}->{} {}x{} 3x3{}", s.N, s.C, s.K, s.H, s.W, s.dtype == DType::bf16 ? " bf16" : "");
   const double gflop = 2.0 * s.N * s.K * s.H * s.W * s.C * 9 / 1e9;
   const Conv2dParams p = conv2d_params({1, 1}, {1, 1});
   const RawConv rc(s);
@@ -262,24 +270,27 @@ std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
 
   {  // forward, as in training (w and b require grad)
     const ConvInputs c = in.leaves(false, true);
-    const Tensor y_raw = empty_channels_last({s.N, s.K, s.H, s.W});
+    const Tensor y_raw = empty_channels_last({s.N, s.K, s.H, s.W}, s.dtype);
     Tensor y_op;
     rows.push_back(measure(t, "conv_fwd", shape, gflop, raw_conv_fwd(rc, c.x, c.w, c.b, y_raw),
                            [&] { y_op = {}, y_op = conv2d(c.x, c.w, c.b, p); }, [&] { return Pairs{{y_op, y_raw}}; }));
   }
   if (s.C >= 16) {  // the first layer needs no dx
     const ConvInputs c = in.leaves(true, false);
-    const Tensor y = conv2d(c.x, c.w, c.b, p), dx_raw = empty_channels_last(c.x.shape());
+    const Tensor y = conv2d(c.x, c.w, c.b, p), dx_raw = empty_channels_last(c.x.shape(), s.dtype);
     rows.push_back(measure(t, "conv_bwd_data", shape, gflop, raw_conv_bwd_data(rc, dx_raw, c.w, c.dy),
                            op_backward(y, c.dy, {c.x}), [&] { return Pairs{{c.x.grad(), dx_raw}}; }));
   }
   {
     const ConvInputs c = in.leaves(false, true);
-    const Tensor y = conv2d(c.x, c.w, c.b, p), dw_raw = empty(c.w.shape()), db_raw = empty(c.b.shape());
+    const Tensor y = conv2d(c.x, c.w, c.b, p), dw_raw = empty(c.w.shape(), s.dtype),
+                 db_raw = empty(c.b.shape(), s.dtype);
     rows.push_back(measure(t, "conv_bwd_weights", shape, gflop,
                            raw_conv_bwd_weights(rc, dw_raw, db_raw, c.dy, c.x), op_backward(y, c.dy, {c.w, c.b}),
                            [&] { return Pairs{{c.w.grad(), dw_raw}, {c.b.grad(), db_raw}}; }));
   }
+  if (s.dtype != DType::f32)
+    for (Row& r : rows) r.tolerance = 3e-2;
   return rows;
 }
 
@@ -303,7 +314,7 @@ void print_table(const std::vector<Row>& rows, double ceiling) {
     const double g_raw = r.gflop / (r.raw_ms / 1e3), g_op = r.gflop / (r.op_ms / 1e3);
     fmt::print("{:<17} {:<22} {:>9.3f} {:>8.1f} {:>5.0f}% {:>9.3f} {:>8.1f} {:>5.0f}% {:>6.3f} {:>8.1e}{}\n", r.op,
                r.shape, r.raw_ms, g_raw, 100 * g_raw / ceiling, r.op_ms, g_op, 100 * g_op / ceiling,
-               r.op_ms / r.raw_ms, r.check, r.check < 1e-3 ? "" : "  MISMATCH");
+               r.op_ms / r.raw_ms, r.check, r.ok() ? "" : "  MISMATCH");
   }
 }
 
@@ -337,6 +348,7 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string device = "cpu";
   bool tf32 = false;
+  std::string dtype = "f32", shapes = "vgg11";
   app.add_option("--device", device, "cpu (vs raw oneDNN) or cuda (vs raw cuDNN / cuBLAS, f32)")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--tf32", tf32, "--device cuda: allow TF32 tensor cores, on both paths");
@@ -345,6 +357,10 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", timing.repeat, "least timed calls per row and path (median reported)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON object per row");
+  app.add_option("--dtype", dtype, "convolutions' dtype, for both paths (raw: oneDNN's direct kernels)")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--shapes", shapes, "the convolution layers of vgg11 or resnet18 (CIFAR-10 sizes)")
+      ->capture_default_str()->check(CLI::IsMember({"vgg11", "resnet18"}));
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) set_num_threads(threads);
   if (device == "cuda") {
@@ -359,15 +375,21 @@ int main(int argc, char** argv) {
   const double ceiling = sgemm_ceiling(timing);
   std::vector<Row> rows{matmul_row(timing, "matmul", 2048, 2048, 2048, false)};
 
-  const std::vector<std::array<int64_t, 3>> vgg = {{3, 64, 32},  {64, 128, 16}, {128, 256, 8}, {256, 256, 8},
-                                                   {256, 512, 4}, {512, 512, 4}, {512, 512, 2}};
+  // (C, K, H = W) of each distinct 3x3 stride-1 layer.
+  const std::vector<std::array<int64_t, 3>> layers =
+      shapes == "vgg11" ? std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 128, 16}, {128, 256, 8},
+                                                              {256, 256, 8}, {256, 512, 4}, {512, 512, 4},
+                                                              {512, 512, 2}}
+                        : std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 64, 32}, {128, 128, 16},
+                                                              {256, 256, 8}, {512, 512, 4}};
+  const DType conv_dtype = dtype == "bf16" ? DType::bf16 : DType::f32;
   for (int64_t N : batches) {
-    for (const auto& [C, K, HW] : vgg)
-      for (Row& r : conv_rows(timing, {N, C, K, HW, HW})) rows.push_back(std::move(r));
+    for (const auto& [C, K, HW] : layers)
+      for (Row& r : conv_rows(timing, {N, C, K, HW, HW, conv_dtype})) rows.push_back(std::move(r));
     rows.push_back(matmul_row(timing, "linear", N, 512, 512, true));
     rows.push_back(matmul_row(timing, "linear", N, 512, 10, true));
   }
 
   json ? print_json(rows, ceiling) : print_table(rows, ceiling);
-  return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.check < 1e-3; }) ? 0 : 1;
+  return std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok(); }) ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/dnnl_context.h"
 #include "ringflow/kernels/derived_cache.h"
 #include "ringflow/tests/kernel_sweep.h"
@@ -53,6 +54,42 @@ TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference"
   CHECK(conv_algorithm_from_name("direct") == ConvAlgorithm::direct);
   CHECK_THROWS_WITH(conv_algorithm_from_name("fft"),
                     "unknown convolution algorithm 'fft' (auto or direct)");
+}
+
+TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
+  if (!cpu::winograd_runs_here()) {
+    MESSAGE("not checked: Winograd runs on CPUs with AVX512-BF16 and no AMX only");
+    return;
+  }
+  const ConvAlgorithmGuard guard;
+  set_conv_algorithm(ConvAlgorithm::automatic);
+  std::mt19937 rng(3);
+  // Odd sizes leave half-empty tiles; 1x1 images a single one; 12+ tiles per chunk row
+  // block and more channels than one micro-kernel column block.
+  const int64_t shapes[][5] = {{2, 16, 32, 7, 9}, {3, 48, 64, 8, 8}, {1, 64, 32, 1, 1},
+                               {5, 32, 96, 4, 5}, {4, 128, 128, 16, 16}, {1, 64, 64, 32, 32}};
+  for (const auto& [N, C, K, H, W] : shapes) {
+    ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    CHECK(check_conv(cpu(), c, rng));
+    // That these shapes take the Winograd path, not oneDNN's.
+    Buf x = random({N, C, H, W}, DType::bf16, Layout::nhwc, rng);
+    Buf w = random({K, C, 3, 3}, DType::bf16, Layout::nchw, rng);
+    Buf y = make({N, K, H, W}, DType::bf16, Layout::nhwc);
+    CHECK(cpu::winograd_forward(y.v, x.v, w.v, nullptr, c.p));
+    CHECK(cpu::winograd_backward_data(x.v, y.v, w.v, c.p) == (C % 32 == 0));  // dx: 32 columns
+    CHECK(cpu::winograd_backward_weights(w.v, nullptr, y.v, x.v, c.p) == (H * W > 4));
+  }
+  // Not for other geometries or with the direct algorithm asked for.
+  Buf x = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);
+  Buf w = random({32, 16, 3, 3}, DType::bf16, Layout::nchw, rng);
+  Buf y = make({2, 32, 8, 8}, DType::bf16, Layout::nhwc);
+  Conv2dParams unpadded;
+  CHECK_FALSE(cpu::winograd_forward(y.v, x.v, w.v, nullptr, unpadded));
+  Conv2dParams padded;
+  padded.pad_top = padded.pad_bottom = padded.pad_left = padded.pad_right = 1;
+  set_conv_algorithm(ConvAlgorithm::direct);
+  CHECK_FALSE(cpu::winograd_forward(y.v, x.v, w.v, nullptr, padded));
 }
 
 // ---------------------------------------------------------------- matmul

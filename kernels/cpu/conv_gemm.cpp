@@ -161,6 +161,10 @@ void backward_weights(const View& dw, const View* db, const View& dy, const View
 
 }  // namespace
 
+void conv_bias_grad(const View& db, const uint16_t* dy, int64_t rows, int64_t K) {
+  bias_grad(db, dy, rows, K);
+}
+
 bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                                 const Conv2dParams& p) {
   const DType t = x.dtype;

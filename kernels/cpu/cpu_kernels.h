@@ -30,6 +30,16 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
 // when the operands are not of that kind.
 bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                                 const Conv2dParams& p);
+// db[k] = sum of channels-last bf16 dy (rows x K) over its rows (conv_gemm.cpp).
+void conv_bias_grad(const View& db, const uint16_t* dy, int64_t rows, int64_t K);
+// bf16 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) where the CPU has AVX512-BF16 and
+// no AMX (winograd.cpp); false when the operands are not of that kind.
+bool winograd_runs_here();
+bool winograd_forward(const View& y, const View& x, const View& w, const View* bias,
+                      const Conv2dParams& p);
+bool winograd_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
+bool winograd_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                               const Conv2dParams& p);
 Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p);
 void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Workspace& ws,
                          const Pool2dParams& p);

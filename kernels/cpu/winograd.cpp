@@ -1,0 +1,575 @@
+// bf16 convolutions by Winograd F(2x2, 3x3) on CPUs with AVX512-BF16 and no AMX: forward,
+// backward-data and backward-weights of 3x3, stride-1, pad-1 layers with channels-last
+// activations.
+//
+// Why: oneDNN 2.6 has Winograd only in f32, so there its bf16 direct convolutions lose
+// much of their speed-up to f32 Winograd's 2.25x fewer products. The tile transforms run in
+// f32 and round once to bf16 (their coefficients are 0, +-1 and 1/2); the 16 products per
+// tile are GEMMs that accumulate in f32 (vdpbf16ps): the error of a bf16 direct convolution.
+// Tiles go in chunks that stay in the cache from one transform to the next.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "ringflow/kernels/cpu/bf16.h"
+#include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/derived_cache.h"
+
+#define RF_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+namespace ringflow::cpu {
+namespace {
+
+constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
+constexpr int kRows = 12;    // micro-kernel rows: 24 accumulators, 2 B and 1 A register
+constexpr int kCols = 32;    // micro-kernel columns: two zmm of f32
+constexpr int kLanes = 16;   // f32 lanes of a zmm: the channels a transform handles at once
+// Tiles per chunk: their transformed operands take about this many bytes (tuned on Zen 5:
+// 1 MB of L2 per core, 32 MB of L3). A thread takes whole chunks of its own where the
+// transformed weights (forward) or its partial weight gradient (backward) are small enough
+// to stay in its cache next to them; otherwise all threads share each chunk.
+constexpr int64_t kChunkBytes = 4 << 20;
+constexpr int64_t kOwnChunkBytes = 512 << 10;
+constexpr int64_t kOwnWeightBytes = 4 << 20;
+constexpr int64_t kOwnPartialBytes = 512 << 10;
+
+// ---------------------------------------------------------------- GEMM
+// c[R x 32] (+)= sum over pairs p of a(row, p) . b(p, col): a(row, p) is the bf16 pair at
+// a + row * a_row + p * a_pair, b(p, .) the 32 columns of pairs at b + p * b_pair (the two
+// values of a pair adjacent, as vdpbf16ps takes them).
+struct GemmArgs {
+  const uint16_t* a;
+  int64_t a_row, a_pair;
+  const uint16_t* b;
+  int64_t b_pair, pairs;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+template <int R>
+RF_AVX512BF16 void micro_kernel(const GemmArgs& g) {
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc) : _mm512_setzero_ps();
+    acc[r][1] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc + kLanes) : _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < g.pairs; ++p) {
+    const uint16_t* bp = g.b + p * g.b_pair;
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 2 * kLanes);
+    const uint16_t* ap = g.a + p * g.a_pair;
+    for (int r = 0; r < R; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, ap + r * g.a_row, sizeof pair);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(g.c + r * g.ldc, acc[r][0]);
+    _mm512_storeu_ps(g.c + r * g.ldc + kLanes, acc[r][1]);
+  }
+}
+
+template <int R>
+void micro_kernel_tail(int rows, const GemmArgs& g) {
+  if constexpr (R > 0) {
+    if (rows == R) return micro_kernel<R>(g);
+    micro_kernel_tail<R - 1>(rows, g);
+  }
+}
+
+// The same for `rows` rows: a and c advance by a_row and ldc per row.
+void gemm_rows(int64_t rows, GemmArgs g) {
+  for (; rows >= kRows; rows -= kRows) {
+    micro_kernel<kRows>(g);
+    g.a += kRows * g.a_row;
+    g.c += kRows * g.ldc;
+  }
+  micro_kernel_tail<kRows - 1>(int(rows), g);
+}
+
+// ---------------------------------------------------------------- tiles
+// Output tile t covers output pixels (2*th + i, 2*tw + j), i, j in {0, 1}; its input patch
+// is rows 2*th - 1 .. 2*th + 2 and columns alike (pad 1), zeros outside the image.
+struct Tiles {
+  int64_t N, H, W, TH, TW;
+  Tiles(int64_t n, int64_t h, int64_t w) : N(n), H(h), W(w), TH((h + 1) / 2), TW((w + 1) / 2) {}
+  int64_t count() const { return N * TH * TW; }
+  // The pixel (n, 2*th + dy, 2*tw + dx) of tile t, or -1 outside the image.
+  int64_t pixel(int64_t t, int64_t dy, int64_t dx) const {
+    const int64_t n = t / (TH * TW), rest = t % (TH * TW);
+    const int64_t h = 2 * (rest / TW) + dy, w = 2 * (rest % TW) + dx;
+    return h < 0 || h >= H || w < 0 || w >= W ? -1 : (n * H + h) * W + w;
+  }
+};
+
+RF_AVX512BF16 inline __m512 load16(const uint16_t* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+RF_AVX512BF16 inline void store16(uint16_t* p, __m512 v) {
+  const __m256bh h = _mm512_cvtneps_pbh(v);
+  std::memcpy(p, &h, sizeof h);
+}
+
+// v = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], for 16 channels at once.
+RF_AVX512BF16 inline void input_transform(__m512 v[16], const __m512 d[16]) {
+  __m512 t[16];
+  for (int j = 0; j < 4; ++j) {
+    t[0 + j] = _mm512_sub_ps(d[0 + j], d[8 + j]);
+    t[4 + j] = _mm512_add_ps(d[4 + j], d[8 + j]);
+    t[8 + j] = _mm512_sub_ps(d[8 + j], d[4 + j]);
+    t[12 + j] = _mm512_sub_ps(d[4 + j], d[12 + j]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512* r = t + 4 * i;
+    v[4 * i + 0] = _mm512_sub_ps(r[0], r[2]);
+    v[4 * i + 1] = _mm512_add_ps(r[1], r[2]);
+    v[4 * i + 2] = _mm512_sub_ps(r[2], r[1]);
+    v[4 * i + 3] = _mm512_sub_ps(r[1], r[3]);
+  }
+}
+
+// The transformed input patch of tile t, channels c0 .. c0 + 16 of x (C channels).
+RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* x, int64_t C,
+                                            const Tiles& g, int64_t t, int64_t c0) {
+  __m512 d[16];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int64_t px = g.pixel(t, i - 1, j - 1);
+      d[4 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(x + px * C + c0);
+    }
+  input_transform(v, d);
+}
+
+// z = A dY A^T for a 2x2 output gradient, A = [1 0; 1 1; 1 -1; 0 -1]: the gradient of the
+// 16 products of tile t, channels k0 .. k0 + 16 of dy (K channels).
+RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int64_t K,
+                                           const Tiles& g, int64_t t, int64_t k0) {
+  __m512 y[4];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {
+      const int64_t px = g.pixel(t, i, j);
+      y[2 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(dy + px * K + k0);
+    }
+  __m512 r[8];  // A dY: 4 x 2
+  for (int j = 0; j < 2; ++j) {
+    r[0 + j] = y[j];
+    r[2 + j] = _mm512_add_ps(y[j], y[2 + j]);
+    r[4 + j] = _mm512_sub_ps(y[j], y[2 + j]);
+    r[6 + j] = _mm512_sub_ps(_mm512_setzero_ps(), y[2 + j]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    z[4 * i + 0] = r[2 * i];
+    z[4 * i + 1] = _mm512_add_ps(r[2 * i], r[2 * i + 1]);
+    z[4 * i + 2] = _mm512_sub_ps(r[2 * i], r[2 * i + 1]);
+    z[4 * i + 3] = _mm512_sub_ps(_mm512_setzero_ps(), r[2 * i + 1]);
+  }
+}
+
+// ---------------------------------------------------------------- forward
+// y = A^T m A + bias, A^T = [1 1 1 0; 0 1 -1 -1], into the output pixels of tile t.
+RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t,
+                               const float* m, int64_t point_stride, const float* bias) {
+  for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
+    __m512 s[8];  // A^T m: 2 x 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512 m0 = _mm512_loadu_ps(m + (0 + j) * point_stride + k0);
+      const __m512 m1 = _mm512_loadu_ps(m + (4 + j) * point_stride + k0);
+      const __m512 m2 = _mm512_loadu_ps(m + (8 + j) * point_stride + k0);
+      const __m512 m3 = _mm512_loadu_ps(m + (12 + j) * point_stride + k0);
+      s[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+      s[4 + j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+    }
+    const __m512 b = bias ? _mm512_loadu_ps(bias + k0) : _mm512_setzero_ps();
+    for (int i = 0; i < 2; ++i) {
+      const __m512* r = s + 4 * i;
+      const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r[0], r[1]), r[2]), b),
+                             _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r[1], r[2]), r[3]), b)};
+      for (int j = 0; j < 2; ++j) {
+        const int64_t px = g.pixel(t, i, j);
+        if (px >= 0) store16(y + px * K + k0, out[j]);
+      }
+    }
+  }
+}
+
+RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t* x, int64_t C,
+                              const Tiles& g, int64_t t) {
+  for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
+    __m512 u[16];
+    transformed_patch(u, x, C, g, t, c0);
+    for (int e = 0; e < kPoints; ++e) store16(v + e * point_stride + c0, u[e]);
+  }
+}
+
+// [begin, end) of `part` when n items are split into `parts`.
+struct Range {
+  int64_t begin, end;
+  Range(int64_t n, int part, int parts) : begin(n * part / parts), end(n * (part + 1) / parts) {}
+};
+
+// y (channels-last, Cout channels) = conv3x3(x (Cin channels), weights) + bias, with the
+// weights transformed: u[point][Cin / 2][Cout][2].
+struct Forward {
+  uint16_t* y;
+  int64_t Cout;
+  const uint16_t* x;
+  int64_t Cin;
+  Tiles g;
+  const uint16_t* u;
+  const float* bias;
+
+  // Tiles [t0, t0 + n) through v and m (chunk rows each), by `parts` threads of which the
+  // caller is `part`; they all call it.
+  void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, float* m, int part, int parts) const {
+    for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
+      input_tile(v + r.begin * Cin, rows * Cin, x, Cin, g, t0 + r.begin);
+    if (parts > 1) {
+#pragma omp barrier
+    }
+    const int64_t blocks = Cout / kCols;
+    for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
+      const int64_t e = r.begin / blocks, kb = r.begin % blocks;
+      gemm_rows(n, {v + e * rows * Cin, Cin, 2, u + (e * (Cin / 2) * Cout + kb * kCols) * 2,
+                    2 * Cout, Cin / 2, m + e * rows * Cout + kb * kCols, Cout, false});
+    }
+    if (parts > 1) {
+#pragma omp barrier
+    }
+    for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
+      output_tile(y, Cout, g, t0 + r.begin, m + r.begin * Cout, rows * Cout, bias);
+    if (parts > 1) {
+#pragma omp barrier
+    }
+  }
+
+  // Where the transformed weights fit in a core's cache next to a chunk, each thread takes
+  // whole chunks; otherwise all threads share each chunk, each with its part of the weights.
+  void run() const {
+    const int threads = omp_get_max_threads();
+    const bool own_chunks = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
+    const int64_t per_tile = kPoints * (2 * Cin + 4 * Cout);
+    const int64_t budget = own_chunks ? kOwnChunkBytes : kChunkBytes;
+    const int64_t rows = std::max<int64_t>(kRows, budget / per_tile / kRows * kRows);
+    const int64_t tiles = g.count(), chunks = (tiles + rows - 1) / rows;
+    const int copies = own_chunks ? threads : 1;
+    ScratchBuffer v_buf(size_t(copies * kPoints * rows * Cin) * sizeof(uint16_t));
+    ScratchBuffer m_buf(size_t(copies * kPoints * rows * Cout) * sizeof(float));
+#pragma omp parallel num_threads(threads)
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int slot = own_chunks ? tid : 0;
+      uint16_t* v = static_cast<uint16_t*>(v_buf.data()) + slot * kPoints * rows * Cin;
+      float* m = static_cast<float*>(m_buf.data()) + slot * kPoints * rows * Cout;
+      for (int64_t i = own_chunks ? tid : 0; i < chunks; i += own_chunks ? nt : 1) {
+        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
+        own_chunks ? chunk(t0, n, rows, v, m, 0, 1) : chunk(t0, n, rows, v, m, tid, nt);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------- backward-weights
+// The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
+// (zeros from `last` on), pair-interleaved as vdpbf16ps reads them: out[point][ch][2].
+// 32 bf16 at out: a[0], b[0], a[1], b[1], ... (the pairs vdpbf16ps reads).
+RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both));
+}
+
+template <bool Grad>
+RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
+                             int64_t channels, const Tiles& g, int64_t t, int64_t last) {
+  for (int64_t c0 = 0; c0 < channels; c0 += kLanes) {
+    __m512 a[16], b[16];
+    for (int64_t i = 0; i < 2; ++i) {
+      __m512* dst = i == 0 ? a : b;
+      if (t + i >= last) {
+        for (int e = 0; e < kPoints; ++e) dst[e] = _mm512_setzero_ps();
+      } else if constexpr (Grad) {
+        transformed_grad(dst, src, channels, g, t + i, c0);
+      } else {
+        transformed_patch(dst, src, channels, g, t + i, c0);
+      }
+    }
+    for (int e = 0; e < kPoints; ++e) store_pairs(out + e * point_stride + 2 * c0, a[e], b[e]);
+  }
+}
+
+// du[point][C][K] (f32) = sum over tiles of the transformed input times the transformed
+// output gradient; as Forward, by chunks, each thread's own or shared by all.
+struct BackwardWeights {
+  const uint16_t* dy;
+  int64_t K;
+  const uint16_t* x;
+  int64_t C;
+  Tiles g;
+
+  // Tiles [t0, t0 + n) through v and z (rows each), added onto du; by `parts` threads of
+  // which the caller is `part`.
+  void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, uint16_t* z, float* du,
+             int part, int parts) const {
+    const int64_t pairs = (n + 1) / 2;
+    for (Range r(pairs, part, parts); r.begin < r.end; ++r.begin) {
+      const int64_t p = r.begin;
+      tile_pair<false>(v + p * 2 * C, rows * C, x, C, g, t0 + 2 * p, g.count());
+      tile_pair<true>(z + p * 2 * K, rows * K, dy, K, g, t0 + 2 * p, g.count());
+    }
+    if (parts > 1) {
+#pragma omp barrier
+    }
+    const int64_t blocks = K / kCols;
+    for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
+      const int64_t e = r.begin / blocks, kb = r.begin % blocks;
+      gemm_rows(C, {v + e * rows * C, 2, 2 * C, z + e * rows * K + kb * kCols * 2, 2 * K,
+                    pairs, du + e * C * K + kb * kCols, K, true});
+    }
+    if (parts > 1) {
+#pragma omp barrier
+    }
+  }
+
+  // Threads that take whole chunks keep partial sums of their own: du holds copies() of
+  // them, to be added.
+  bool own_chunks() const { return kPoints * C * K * 4 <= kOwnPartialBytes; }
+  int copies() const { return own_chunks() ? omp_get_max_threads() : 1; }
+
+  void run(float* du) const {
+    const int threads = copies() > 1 ? copies() : omp_get_max_threads();
+    const bool own = own_chunks();
+    const int64_t per_tile = kPoints * 2 * (C + K);
+    const int64_t rows = std::max<int64_t>(2, (own ? kOwnChunkBytes : kChunkBytes) / per_tile / 2 * 2);
+    const int64_t tiles = g.count(), chunks = (tiles + rows - 1) / rows;
+    const int slots = own ? threads : 1;
+    ScratchBuffer v_buf(size_t(slots * kPoints * rows * C) * sizeof(uint16_t));
+    ScratchBuffer z_buf(size_t(slots * kPoints * rows * K) * sizeof(uint16_t));
+    std::fill(du, du + copies() * kPoints * C * K, 0.0f);
+#pragma omp parallel num_threads(threads)
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int slot = own ? tid : 0;
+      uint16_t* v = static_cast<uint16_t*>(v_buf.data()) + slot * kPoints * rows * C;
+      uint16_t* z = static_cast<uint16_t*>(z_buf.data()) + slot * kPoints * rows * K;
+      float* sums = du + slot * kPoints * C * K;
+      for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
+        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
+        own ? chunk(t0, n, rows, v, z, sums, 0, 1) : chunk(t0, n, rows, v, z, sums, tid, nt);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------- weights
+// G g G^T for 16 3x3 kernels g at once, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
+RF_AVX512BF16 inline void weight_transform(__m512 u[16], const __m512 g[9]) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  __m512 t[12];  // G g: 4 x 3
+  for (int j = 0; j < 3; ++j) {
+    t[0 + j] = g[j];
+    t[3 + j] = half * (g[j] + g[3 + j] + g[6 + j]);
+    t[6 + j] = half * (g[j] - g[3 + j] + g[6 + j]);
+    t[9 + j] = g[6 + j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512* r = t + 3 * i;
+    u[4 * i + 0] = r[0];
+    u[4 * i + 1] = half * (r[0] + r[1] + r[2]);
+    u[4 * i + 2] = half * (r[0] - r[1] + r[2]);
+    u[4 * i + 3] = r[2];
+  }
+}
+
+// dg = G^T du G for 16 kernels at once: the gradient of a 3x3 kernel from that of its 16
+// transformed points.
+RF_AVX512BF16 inline void weight_gradient(__m512 dg[9], const __m512 du[16]) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  __m512 t[12];  // G^T du: 3 x 4
+  for (int j = 0; j < 4; ++j) {
+    t[0 + j] = du[j] + half * (du[4 + j] + du[8 + j]);
+    t[4 + j] = half * (du[4 + j] - du[8 + j]);
+    t[8 + j] = half * (du[4 + j] + du[8 + j]) + du[12 + j];
+  }
+  for (int i = 0; i < 3; ++i) {
+    const __m512* r = t + 4 * i;
+    dg[3 * i + 0] = r[0] + half * (r[1] + r[2]);
+    dg[3 * i + 1] = half * (r[1] - r[2]);
+    dg[3 * i + 2] = half * (r[1] + r[2]) + r[3];
+  }
+}
+
+// u[point][in / 2][out][2] from f32 kernels laid out taps[in][3 * 3][out]; `turn` reads
+// each kernel turned 180 degrees.
+RF_AVX512BF16 void transform_pair(uint16_t* u, const float* taps, int64_t in_channels,
+                                  int64_t out_channels, bool turn, int64_t pair) {
+  for (int64_t o = 0; o < out_channels; o += kLanes) {
+    __m512 points[2][16];
+    for (int half = 0; half < 2; ++half) {
+      __m512 g[9];
+      for (int i = 0; i < 9; ++i)
+        g[i] = _mm512_loadu_ps(taps + ((2 * pair + half) * 9 + (turn ? 8 - i : i)) * out_channels + o);
+      weight_transform(points[half], g);
+    }
+    for (int e = 0; e < kPoints; ++e)
+      store_pairs(u + ((e * (in_channels / 2) + pair) * out_channels + o) * 2, points[0][e], points[1][e]);
+  }
+}
+
+// The GEMM operand of weights w (K, C, 3, 3): u[point][in / 2][out][2] with (in, out) =
+// (c, k) for the forward; for backward-data, which convolves dy with w turned 180 degrees
+// and its channels swapped, (in, out) = (k, c).
+void transform_weights(uint16_t* u, const View& w, bool backward_data) {
+  const int64_t K = w.shape[0], C = w.shape[1];
+  const int64_t in_channels = backward_data ? K : C, out_channels = backward_data ? C : K;
+  ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
+  float* taps = static_cast<float*>(taps_buf.data());
+  const Shape strides = backward_data ? Shape{9 * C, 1, 3 * C, C} : Shape{1, 9 * K, 3 * K, K};
+  copy(View{taps, DType::f32, w.shape, strides}, w);
+#pragma omp parallel for schedule(static)
+  for (int64_t pair = 0; pair < in_channels / 2; ++pair)
+    transform_pair(u, taps, in_channels, out_channels, backward_data, pair);
+}
+
+// taps[c][3 * 3][k] = the weight gradient from du (copies partial sums of [point][C][K]).
+RF_AVX512BF16 void weight_gradient_row(float* taps, const float* du, int copies, int64_t C,
+                                       int64_t K, int64_t c) {
+  for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
+    __m512 points[16], dg[9];
+    for (int e = 0; e < kPoints; ++e) {
+      points[e] = _mm512_setzero_ps();
+      for (int i = 0; i < copies; ++i)
+        points[e] += _mm512_loadu_ps(du + ((i * kPoints + e) * C + c) * K + k0);
+    }
+    weight_gradient(dg, points);
+    for (int i = 0; i < 9; ++i) _mm512_storeu_ps(taps + (c * 9 + i) * K + k0, dg[i]);
+  }
+}
+
+// The transformed weights of w, kept in w's storage while its version holds.
+class TransformedWeights {
+ public:
+  TransformedWeights(const View& w, bool backward_data) {
+    const size_t bytes = size_t(kPoints * w.shape[0] * w.shape[1]) * sizeof(uint16_t);
+    auto make = [&] {
+      auto b = std::make_shared<Buffer>();
+      b->scratch = ScratchBuffer(bytes);
+      return b;
+    };
+    if (w.derived == nullptr) {
+      buffer_ = make();
+    } else {
+      const std::string key = KeyBuilder("winograd_weights")
+                                  .add(reinterpret_cast<int64_t>(w.data))
+                                  .add(w)
+                                  .add(int64_t(backward_data))
+                                  .str();
+      buffer_ = std::static_pointer_cast<Buffer>(w.derived->entry(key, make));
+    }
+    std::lock_guard lock(buffer_->mutex);
+    if (buffer_->filled && buffer_->version == w.version) return;
+    transform_weights(static_cast<uint16_t*>(buffer_->scratch.data()), w, backward_data);
+    buffer_->version = w.version;
+    buffer_->filled = true;
+  }
+  const uint16_t* data() const { return static_cast<const uint16_t*>(buffer_->scratch.data()); }
+
+ private:
+  struct Buffer {
+    std::mutex mutex;
+    uint64_t version = 0;
+    bool filled = false;
+    ScratchBuffer scratch;
+  };
+  std::shared_ptr<Buffer> buffer_;
+};
+
+// ---------------------------------------------------------------- when
+// in (N, reduced, H, W) and out (N, produced, H, W) channels-last bf16 activations of a
+// 3x3 stride-1 pad-1 convolution with weights w, which this file computes.
+bool applies(const View& in, const View& w, const View& out, const Conv2dParams& p) {
+  if (conv_algorithm() != ConvAlgorithm::automatic || !winograd_runs_here()) return false;
+  if (in.dtype != DType::bf16 || out.dtype != DType::bf16 || w.dtype != DType::bf16) return false;
+  if (in.dim() != 4 || out.dim() != 4 || w.dim() != 4 || w.shape[2] != 3 || w.shape[3] != 3)
+    return false;
+  const bool geometry = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 &&
+                        p.dilation_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
+                        p.pad_left == 1 && p.pad_right == 1;
+  return geometry && in.is_channels_last() && out.is_channels_last() &&
+         in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
+         in.shape[3] == out.shape[3] && in.shape[1] % kLanes == 0 && out.shape[1] % kCols == 0 &&
+         in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
+}
+
+}  // namespace
+
+// Where oneDNN has AMX its bf16 kernels beat this file's.
+bool winograd_runs_here() {
+  static const bool runs =
+      cpu_native_bf16() && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  return runs;
+}
+
+bool winograd_forward(const View& y, const View& x, const View& w, const View* bias,
+                      const Conv2dParams& p) {
+  if (!applies(x, w, y, p) || w.shape[0] != y.shape[1] || w.shape[1] != x.shape[1]) return false;
+  if (bias && (bias->dim() != 1 || !dnnl_friendly({bias}))) return false;
+  const int64_t K = y.shape[1];
+  ScratchBuffer bias_buf;
+  const float* b = nullptr;
+  if (bias) {
+    bias_buf = ScratchBuffer(size_t(K) * sizeof(float));
+    copy(View{bias_buf.data(), DType::f32, {K}, {1}}, *bias);
+    b = static_cast<const float*>(bias_buf.data());
+  }
+  const TransformedWeights u(w, /*backward_data=*/false);
+  Forward{y.ptr<uint16_t>(), K, x.ptr<const uint16_t>(), x.shape[1],
+          Tiles(x.shape[0], x.shape[2], x.shape[3]), u.data(), b}.run();
+  return true;
+}
+
+bool winograd_backward_data(const View& dx, const View& dy, const View& w,
+                            const Conv2dParams& p) {
+  if (!applies(dy, w, dx, p) || w.shape[0] != dy.shape[1] || w.shape[1] != dx.shape[1])
+    return false;
+  const TransformedWeights u(w, /*backward_data=*/true);
+  Forward{dx.ptr<uint16_t>(), dx.shape[1], dy.ptr<const uint16_t>(), dy.shape[1],
+          Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), u.data(), nullptr}.run();
+  return true;
+}
+
+bool winograd_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                               const Conv2dParams& p) {
+  // At 2x2 and smaller, one tile per image: im2col + matmul (conv_gemm.cpp) is faster.
+  if (!applies(x, dw, dy, p) || dw.shape[0] != dy.shape[1] || dw.shape[1] != x.shape[1] ||
+      x.shape[2] * x.shape[3] <= 4)
+    return false;
+  if (db && (db->dim() != 1 || !dnnl_friendly({db}))) return false;
+  const int64_t K = dy.shape[1], C = x.shape[1];
+  const BackwardWeights products{dy.ptr<const uint16_t>(), K, x.ptr<const uint16_t>(), C,
+                                 Tiles(x.shape[0], x.shape[2], x.shape[3])};
+  const int copies = products.copies();
+  ScratchBuffer du_buf(size_t(copies * kPoints * C * K) * sizeof(float));
+  float* du = static_cast<float*>(du_buf.data());
+  products.run(du);
+  ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
+  float* taps = static_cast<float*>(taps_buf.data());
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, copies, C, K, c);
+  copy(dw, View{taps, DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
+  if (db) conv_bias_grad(*db, dy.ptr<const uint16_t>(), dy.numel() / K, K);
+  return true;
+}
+
+}  // namespace ringflow::cpu
