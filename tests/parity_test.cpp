@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/dnnl_context.h"
 #include "ringflow/tests/torch_compare.h"
 
@@ -20,7 +21,16 @@ using ringflow::testing::deviation;
 namespace {
 
 constexpr const char* kFixture = "parity.safetensors";
+// The same network with 32 channels into and out of the convolution on 8x8 images: the
+// shapes of the bf16 Winograd convolutions (kernels/cpu/winograd.cpp) on CPUs with
+// AVX512-BF16, which the 3-channel step does not reach.
+constexpr const char* kWideFixture = "parity_wide.safetensors";
 constexpr const char* kScript = "make_parity.py";
+
+SafetensorsFile load_fixture(const std::string& name) {
+  return ringflow::testing::load_torch_fixture(
+      name, name == kWideFixture ? std::string(kScript) + " --wide" : kScript);
+}
 
 // Values smaller than this are compared absolutely (see Deviation): the loss is ~1.5 and
 // the gradients up to 1e-2..1 per tensor. grad.conv.bias is 0 in exact arithmetic (batch
@@ -102,12 +112,15 @@ TEST_CASE("the fixture holds a labelled step of PyTorch's in f64 and f32") {
 }
 
 TEST_CASE("a training step on the cpu kernels in f32 matches PyTorch") {
-  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+ for (const std::string fixture : {kFixture, kWideFixture}) {
+  CAPTURE(fixture);
+  const SafetensorsFile f = load_fixture(fixture);
   const Step s = run_step(f, DType::f32);
   const double worst = compare(s, f, "f64", 1e-4, "cpu f32 vs PyTorch f64");
   MESSAGE("cpu f32: largest deviation from PyTorch's f64 step " << worst);
   // And against PyTorch's own f32 step, which rounds differently but as much.
   compare(s, f, "f32", 1e-4, "cpu f32 vs PyTorch f32");
+ }
 }
 
 TEST_CASE("a training step on the reference kernels in f64 matches PyTorch") {
@@ -121,13 +134,24 @@ TEST_CASE("a training step on the reference kernels in f64 matches PyTorch") {
 // bf16 keeps 8 significant bits (epsilon 2^-8 = 3.9e-3): a step that rounds to bf16 three
 // times in forward and three in backward strays by several epsilons from the truth, as
 // PyTorch's own autocast step does (by up to 0.8 of a gradient here: grad.x, where sums of
-// rounded terms cancel). So ringflow's autocast step is held to PyTorch's autocast step within
-// 16 epsilons, and strays from the f64 truth by no more than 1.5 times what PyTorch's own
-// step does, plus one epsilon (the two round at different places: which ops each runs in
-// which dtype, and the kernels' orders of summation). Values below 2e-2 compare absolutely: grad.conv.bias is 0 in exact
-// arithmetic and rounding noise of ~1e-3 in bf16.
-TEST_CASE("a training step under autocast to bf16 matches PyTorch's autocast step") {
-  const SafetensorsFile f = ringflow::testing::load_torch_fixture(kFixture, kScript);
+// rounded terms cancel). So ringflow's autocast step with direct convolutions is held to
+// PyTorch's autocast step within 16 epsilons, and strays from the f64 truth by no more than
+// 1.5 times what PyTorch's own step does, plus one epsilon (the two round at different
+// places: which ops each runs in which dtype, and the kernels' orders of summation). Values
+// below 2e-2 compare absolutely: grad.conv.bias is 0 in exact arithmetic and rounding noise
+// of ~1e-3 in bf16.
+// The bf16 Winograd convolutions (kernels/cpu/winograd.cpp, the wide fixture's under
+// --conv-algo auto on a CPU with AVX512-BF16 and no AMX) round their transformed operands
+// too, which makes their error about 2.6 times a direct bf16 convolution's (README, "Mixed
+// precision"): they round elsewhere than PyTorch, so the step is held to the f64 truth only,
+// within 3 times PyTorch's own distance from it, plus one epsilon.
+void check_bf16_step(const std::string& fixture, ConvAlgorithm algorithm) {
+  const bool winograd = algorithm == ConvAlgorithm::automatic && fixture == kWideFixture &&
+                        cpu::winograd_runs_here();
+  CAPTURE(fixture);
+  CAPTURE(winograd);
+  set_conv_algorithm(algorithm);
+  const SafetensorsFile f = load_fixture(fixture);
   const Step s = run_step(f, DType::f32, /*autocast=*/true);
   CHECK(s.logits.dtype() == DType::bf16);   // the linear layer ran in bf16
   CHECK(s.loss.dtype() == DType::f32);      // the loss in f32
@@ -153,11 +177,19 @@ TEST_CASE("a training step under autocast to bf16 matches PyTorch's autocast ste
     const double torch_vs_truth = deviation(torch_bf16, truth, kFloorBf16).max_error;
     MESSAGE(name << ": vs PyTorch's autocast step " << vs_torch << "; from f64: ours "
                  << ours_vs_truth << ", PyTorch's " << torch_vs_truth);
-    CHECK(vs_torch <= 16 * kEps);
-    CHECK(ours_vs_truth <= 1.5 * torch_vs_truth + kEps);
+    if (!winograd) CHECK(vs_torch <= 16 * kEps);
+    CHECK(ours_vs_truth <= (winograd ? 3.0 : 1.5) * torch_vs_truth + kEps);
     worst_vs_torch = std::max(worst_vs_torch, vs_torch);
   }
   MESSAGE("bf16 autocast: largest deviation from PyTorch's autocast step " << worst_vs_torch);
+}
+
+TEST_CASE("a training step under autocast to bf16 matches PyTorch's autocast step") {
+  const ConvAlgorithm saved = conv_algorithm();
+  for (const std::string fixture : {kFixture, kWideFixture})
+    for (const ConvAlgorithm algorithm : {ConvAlgorithm::direct, ConvAlgorithm::automatic})
+      check_bf16_step(fixture, algorithm);
+  set_conv_algorithm(saved);
 }
 
 TEST_CASE("autocast off inside an autocast scope: the f32 step, bit for bit") {

@@ -496,8 +496,33 @@ class TransformedWeights {
 };
 
 // ---------------------------------------------------------------- when
-// in (N, reduced, H, W) and out (N, produced, H, W) channels-last bf16 activations of a
-// 3x3 stride-1 pad-1 convolution with weights w, which this file computes.
+// An activation as this file reads and writes it, channels-last and dense: a copy where the
+// caller's is laid out otherwise (finish() writes an output back).
+class ChannelsLast {
+ public:
+  ChannelsLast(const View& v, bool is_input) : original_(v) {
+    if (v.is_channels_last()) return;
+    const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+    buffer_ = ScratchBuffer(size_t(v.numel()) * sizeof(uint16_t));
+    View dense{buffer_.data(), v.dtype, v.shape, {H * W * C, 1, W * C, C}};
+    if (is_input) copy(dense, v);
+  }
+  uint16_t* data() const {
+    return static_cast<uint16_t*>(buffer_.data() ? buffer_.data() : original_.data);
+  }
+  void finish() const {
+    if (!buffer_.data()) return;
+    const int64_t C = original_.shape[1], H = original_.shape[2], W = original_.shape[3];
+    copy(original_, View{buffer_.data(), original_.dtype, original_.shape, {H * W * C, 1, W * C, C}});
+  }
+
+ private:
+  View original_;
+  ScratchBuffer buffer_;
+};
+
+// in (N, reduced, H, W) and out (N, produced, H, W) bf16 activations of a 3x3 stride-1
+// pad-1 convolution with weights w, which this file computes.
 bool applies(const View& in, const View& w, const View& out, const Conv2dParams& p) {
   if (conv_algorithm() != ConvAlgorithm::automatic || !winograd_runs_here()) return false;
   if (in.dtype != DType::bf16 || out.dtype != DType::bf16 || w.dtype != DType::bf16) return false;
@@ -506,8 +531,7 @@ bool applies(const View& in, const View& w, const View& out, const Conv2dParams&
   const bool geometry = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 &&
                         p.dilation_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
                         p.pad_left == 1 && p.pad_right == 1;
-  return geometry && in.is_channels_last() && out.is_channels_last() &&
-         in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
+  return geometry && in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
          in.shape[3] == out.shape[3] && in.shape[1] % kLanes == 0 && out.shape[1] % kCols == 0 &&
          in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
 }
@@ -534,8 +558,10 @@ bool winograd_forward(const View& y, const View& x, const View& w, const View* b
     b = static_cast<const float*>(bias_buf.data());
   }
   const TransformedWeights u(w, /*backward_data=*/false);
-  Forward{y.ptr<uint16_t>(), K, x.ptr<const uint16_t>(), x.shape[1],
-          Tiles(x.shape[0], x.shape[2], x.shape[3]), u.data(), b}.run();
+  const ChannelsLast in(x, true), out(y, false);
+  Forward{out.data(), K, in.data(), x.shape[1], Tiles(x.shape[0], x.shape[2], x.shape[3]),
+          u.data(), b}.run();
+  out.finish();
   return true;
 }
 
@@ -544,8 +570,10 @@ bool winograd_backward_data(const View& dx, const View& dy, const View& w,
   if (!applies(dy, w, dx, p) || w.shape[0] != dy.shape[1] || w.shape[1] != dx.shape[1])
     return false;
   const TransformedWeights u(w, /*backward_data=*/true);
-  Forward{dx.ptr<uint16_t>(), dx.shape[1], dy.ptr<const uint16_t>(), dy.shape[1],
+  const ChannelsLast in(dy, true), out(dx, false);
+  Forward{out.data(), dx.shape[1], in.data(), dy.shape[1],
           Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), u.data(), nullptr}.run();
+  out.finish();
   return true;
 }
 
@@ -557,7 +585,8 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
     return false;
   if (db && (db->dim() != 1 || !dnnl_friendly({db}))) return false;
   const int64_t K = dy.shape[1], C = x.shape[1];
-  const BackwardWeights products{dy.ptr<const uint16_t>(), K, x.ptr<const uint16_t>(), C,
+  const ChannelsLast grad(dy, true), in(x, true);
+  const BackwardWeights products{grad.data(), K, in.data(), C,
                                  Tiles(x.shape[0], x.shape[2], x.shape[3])};
   const int copies = products.copies();
   ScratchBuffer du_buf(size_t(copies * kPoints * C * K) * sizeof(float));
@@ -568,7 +597,7 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, copies, C, K, c);
   copy(dw, View{taps, DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
-  if (db) conv_bias_grad(*db, dy.ptr<const uint16_t>(), dy.numel() / K, K);
+  if (db) conv_bias_grad(*db, grad.data(), dy.numel() / K, K);
   return true;
 }
 
