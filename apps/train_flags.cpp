@@ -73,8 +73,8 @@ void add_execution_flags(CLI::App& app, Flags& f) {
   app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
                  "between its ranks)")->capture_default_str()->check(at_least0)
       ->check(at_most_threads("threads"));
-  app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (oneDNN's choice, Winograd "
-                 "included) or direct (the plain sum, as PyTorch's)")
+  app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (Winograd where faster: "
+                 "oneDNN's in f32, ours in bf16 without AMX) or direct (the plain sum, as PyTorch's)")
       ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
   app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
                  "(the GPU when one is usable, else the CPU)")->capture_default_str();

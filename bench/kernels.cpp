@@ -92,14 +92,20 @@ struct Row {
   std::string op, shape;
   double gflop = 0;
   double raw_ms = 0, op_ms = 0;
-  double check = 0;  // max relative difference between the two paths' results
-  double tolerance = 1e-3;  // what check may be: two roundings of a 16-bit result apart
+  // f32 rows: max relative difference between the two paths' results. 16-bit rows: the op
+  // path's rms error against the f32 result of the same operands, relative to its rms
+  // (raw_error: the same for raw), as the two may round differently by design.
+  double check = 0;
+  double raw_error = -1;
+  double tolerance = 1e-3;
   bool ok() const { return check < tolerance; }
 };
 
 // (op result, raw result) pairs, read after the timing.
 using Pairs = std::vector<std::pair<Tensor, Tensor>>;
 using Results = std::function<Pairs()>;
+// For 16-bit rows: the f32 results of the same operands, one per pair.
+using Truths = std::vector<Tensor>;
 
 // Largest |a - b| / (1 + |b|) over pairs of tensors (compared in logical order).
 double max_rel_diff(const Pairs& pairs) {
@@ -113,13 +119,36 @@ double max_rel_diff(const Pairs& pairs) {
   return m;
 }
 
+// Largest over pairs of rms(got - truth) / rms(truth), got being each pair's first (op) or
+// second (raw) result.
+double rms_error(const Pairs& pairs, const Truths& truths, bool raw) {
+  double worst = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const std::vector<float> got = (raw ? pairs[i].second : pairs[i].first).to_vector<float>();
+    const std::vector<float> want = truths[i].to_vector<float>();
+    double err = 0, norm = 0;
+    for (size_t j = 0; j < want.size(); ++j) {
+      err += (double(got[j]) - want[j]) * (double(got[j]) - want[j]);
+      norm += double(want[j]) * want[j];
+    }
+    worst = std::max(worst, std::sqrt(err / std::max(norm, 1e-300)));
+  }
+  return worst;
+}
+
 Row measure(const Timing& t, std::string op, std::string shape, double gflop, const Call& raw,
-            const Call& op_call, const Results& results) {
+            const Call& op_call, const Results& results, const Truths& truths = {}) {
   Row r{std::move(op), std::move(shape), gflop};
   const std::vector<double> ms = time_calls(t, {raw, op_call});
   r.raw_ms = ms[0];
   r.op_ms = ms[1];
-  r.check = max_rel_diff(results());
+  if (truths.empty()) {
+    r.check = max_rel_diff(results());
+  } else {  // a few bf16 epsilons (2^-8)
+    r.check = rms_error(results(), truths, false);
+    r.raw_error = rms_error(results(), truths, true);
+    r.tolerance = 1e-2;
+  }
   return r;
 }
 
@@ -259,6 +288,15 @@ struct ConvInputs {
   }
 };
 
+// The f32 forward and backward of a 16-bit row's operands: y, dx, dw, db.
+Truths f32_truths(const ConvInputs& in, const Conv2dParams& p) {
+  const Tensor x = in.x.to(DType::f32).requires_grad_(), w = in.w.to(DType::f32).requires_grad_(),
+               b = in.b.to(DType::f32).requires_grad_();
+  const Tensor y = conv2d(x, w, b, p);
+  y.backward(in.dy.to(DType::f32));
+  return {y.detach(), x.grad(), w.grad(), b.grad()};
+}
+
 std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
   const std::string shape =
       fmt::format("N{} {}->{} {}x{} 3x3{}", s.N, s.C, s.K, s.H, s.W, s.dtype == DType::bf16 ? " bf16" : "");
@@ -266,6 +304,10 @@ std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
   const Conv2dParams p = conv2d_params({1, 1}, {1, 1});
   const RawConv rc(s);
   const ConvInputs in(s);
+  const Truths truth = s.dtype == DType::f32 ? Truths{} : f32_truths(in, p);
+  auto truths = [&](size_t first, size_t count) {
+    return truth.empty() ? Truths{} : Truths(truth.begin() + first, truth.begin() + first + count);
+  };
   std::vector<Row> rows;
 
   {  // forward, as in training (w and b require grad)
@@ -273,13 +315,13 @@ std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
     const Tensor y_raw = empty_channels_last({s.N, s.K, s.H, s.W}, s.dtype);
     Tensor y_op;
     rows.push_back(measure(t, "conv_fwd", shape, gflop, raw_conv_fwd(rc, c.x, c.w, c.b, y_raw),
-                           [&] { y_op = {}, y_op = conv2d(c.x, c.w, c.b, p); }, [&] { return Pairs{{y_op, y_raw}}; }));
+                           [&] { y_op = {}, y_op = conv2d(c.x, c.w, c.b, p); }, [&] { return Pairs{{y_op, y_raw}}; }, truths(0, 1)));
   }
   if (s.C >= 16) {  // the first layer needs no dx
     const ConvInputs c = in.leaves(true, false);
     const Tensor y = conv2d(c.x, c.w, c.b, p), dx_raw = empty_channels_last(c.x.shape(), s.dtype);
     rows.push_back(measure(t, "conv_bwd_data", shape, gflop, raw_conv_bwd_data(rc, dx_raw, c.w, c.dy),
-                           op_backward(y, c.dy, {c.x}), [&] { return Pairs{{c.x.grad(), dx_raw}}; }));
+                           op_backward(y, c.dy, {c.x}), [&] { return Pairs{{c.x.grad(), dx_raw}}; }, truths(1, 1)));
   }
   {
     const ConvInputs c = in.leaves(false, true);
@@ -287,10 +329,8 @@ std::vector<Row> conv_rows(const Timing& t, const ConvShape& s) {
                  db_raw = empty(c.b.shape(), s.dtype);
     rows.push_back(measure(t, "conv_bwd_weights", shape, gflop,
                            raw_conv_bwd_weights(rc, dw_raw, db_raw, c.dy, c.x), op_backward(y, c.dy, {c.w, c.b}),
-                           [&] { return Pairs{{c.w.grad(), dw_raw}, {c.b.grad(), db_raw}}; }));
+                           [&] { return Pairs{{c.w.grad(), dw_raw}, {c.b.grad(), db_raw}}; }, truths(2, 2)));
   }
-  if (s.dtype != DType::f32)
-    for (Row& r : rows) r.tolerance = 3e-2;
   return rows;
 }
 
@@ -308,20 +348,21 @@ Row matmul_row(const Timing& t, const std::string& name, int64_t M, int64_t K, i
 // ---------------------------------------------------------------- output
 void print_table(const std::vector<Row>& rows, double ceiling) {
   fmt::print("threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s\n", num_threads(), ceiling);
-  fmt::print("{:<17} {:<22} {:>9} {:>8} {:>6} {:>9} {:>8} {:>6} {:>6} {:>8}\n", "op", "shape", "raw ms", "GFLOP/s",
-             "%ceil", "op ms", "GFLOP/s", "%ceil", "op/raw", "check");
+  fmt::print("{:<17} {:<27} {:>9} {:>8} {:>6} {:>9} {:>8} {:>6} {:>6} {:>8} {:>8}\n", "op", "shape", "raw ms",
+             "GFLOP/s", "%ceil", "op ms", "GFLOP/s", "%ceil", "op/raw", "check", "raw err");
   for (const Row& r : rows) {
     const double g_raw = r.gflop / (r.raw_ms / 1e3), g_op = r.gflop / (r.op_ms / 1e3);
-    fmt::print("{:<17} {:<22} {:>9.3f} {:>8.1f} {:>5.0f}% {:>9.3f} {:>8.1f} {:>5.0f}% {:>6.3f} {:>8.1e}{}\n", r.op,
-               r.shape, r.raw_ms, g_raw, 100 * g_raw / ceiling, r.op_ms, g_op, 100 * g_op / ceiling,
-               r.op_ms / r.raw_ms, r.check, r.ok() ? "" : "  MISMATCH");
+    const std::string raw_error = r.raw_error < 0 ? "-" : fmt::format("{:.1e}", r.raw_error);
+    fmt::print("{:<17} {:<27} {:>9.3f} {:>8.1f} {:>5.0f}% {:>9.3f} {:>8.1f} {:>5.0f}% {:>6.3f} {:>8.1e} {:>8}{}\n",
+               r.op, r.shape, r.raw_ms, g_raw, 100 * g_raw / ceiling, r.op_ms, g_op, 100 * g_op / ceiling,
+               r.op_ms / r.raw_ms, r.check, raw_error, r.ok() ? "" : "  MISMATCH");
   }
 }
 
 void print_json(const std::vector<Row>& rows, double ceiling) {
   for (const Row& r : rows) {
     const double g_raw = r.gflop / (r.raw_ms / 1e3), g_op = r.gflop / (r.op_ms / 1e3);
-    const nlohmann::json j{{"op", r.op},
+    nlohmann::json j{{"op", r.op},
                            {"shape", r.shape},
                            {"gflop", r.gflop},
                            {"threads", num_threads()},
@@ -333,7 +374,8 @@ void print_json(const std::vector<Row>& rows, double ceiling) {
                            {"op_gflops", g_op},
                            {"op_pct_ceiling", 100 * g_op / ceiling},
                            {"ratio_op_over_raw", r.op_ms / r.raw_ms},
-                           {"max_rel_diff", r.check}};
+                           {r.raw_error < 0 ? "max_rel_diff" : "op_rms_error_vs_f32", r.check}};
+    if (r.raw_error >= 0) j["raw_rms_error_vs_f32"] = r.raw_error;
     fmt::print("{}\n", j.dump());
   }
 }

@@ -363,8 +363,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", f.rounds, "rounds alternating ringflow and PyTorch; each side keeps its fastest")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--conv-algo", f.conv_algo, "ringflow's CPU convolutions: auto (oneDNN's choice, "
-                 "Winograd included) or direct")
+  app.add_option("--conv-algo", f.conv_algo, "ringflow's CPU convolutions: auto (Winograd where "
+                 "faster: oneDNN's in f32, ours in bf16 without AMX) or direct")
       ->capture_default_str()
       ->check(CLI::IsMember(conv_algorithm_names()));
   app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();

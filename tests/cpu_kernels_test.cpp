@@ -64,12 +64,17 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   const ConvAlgorithmGuard guard;
   set_conv_algorithm(ConvAlgorithm::automatic);
   std::mt19937 rng(3);
-  // Odd sizes leave half-empty tiles; 1x1 images a single one; 12+ tiles per chunk row
-  // block and more channels than one micro-kernel column block.
-  const int64_t shapes[][5] = {{2, 16, 32, 7, 9}, {3, 48, 64, 8, 8}, {1, 64, 32, 1, 1},
-                               {5, 32, 96, 4, 5}, {4, 128, 128, 16, 16}, {1, 64, 64, 32, 32}};
+  // Odd sizes leave half-empty tiles, and an odd count of them a zero tile in
+  // backward-weights (5x5); 1x1 images a single one; more channels than one micro-kernel
+  // column block; threads with chunks of their own (64 channels) or sharing each chunk
+  // (512x512 weights: forward; 128x128: backward-weights, whose 576 tiles leave a short last
+  // chunk); and NCHW operands, which go through a channels-last copy.
+  const int64_t shapes[][5] = {{2, 16, 32, 7, 9},   {3, 48, 64, 8, 8},   {1, 64, 32, 1, 1},
+                               {5, 32, 96, 4, 5},   {1, 16, 32, 5, 5},   {1, 64, 64, 32, 32},
+                               {2, 512, 512, 3, 5}, {9, 128, 128, 16, 16}};
   for (const auto& [N, C, K, H, W] : shapes) {
-    ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
+    const Layout layout = N == 9 || N == 5 ? Layout::nchw : Layout::nhwc;
+    ConvCase c{N, C, K, H, W, 3, 3, {}, layout, layout, DType::bf16};
     c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
     CHECK(check_conv(cpu(), c, rng));
     // That these shapes take the Winograd path, not oneDNN's.
@@ -79,6 +84,29 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
     CHECK(cpu::winograd_forward(y.v, x.v, w.v, nullptr, c.p));
     CHECK(cpu::winograd_backward_data(x.v, y.v, w.v, c.p) == (C % 32 == 0));  // dx: 32 columns
     CHECK(cpu::winograd_backward_weights(w.v, nullptr, y.v, x.v, c.p) == (H * W > 4));
+  }
+  // The transformed weights are kept with their storage and made again on a new version.
+  {
+    const size_t entries_before = cpu::dnnl_cache_stats().weight_entries;
+    const int64_t N = 2, C = 32, K = 32, H = 6, W = 6;
+    ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    Buf x = random({N, C, H, W}, DType::bf16, Layout::nhwc, rng);
+    Buf w = random({K, C, 3, 3}, DType::bf16, Layout::nchw, rng);
+    auto derived = std::make_unique<DerivedCache>();
+    w.v.derived = derived.get();
+    w.v.version = 1;
+    Buf y1 = make({N, K, H, W}, DType::bf16, Layout::nhwc), y2 = like(y1);
+    CHECK(cpu::winograd_forward(y1.v, x.v, w.v, nullptr, c.p));
+    CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before + 1);
+    randomize(w.v, rng);
+    w.v.version = 2;
+    CHECK(cpu::winograd_forward(y1.v, x.v, w.v, nullptr, c.p));
+    ref().conv2d_forward(y2.v, x.v, w.v, nullptr, c.p);
+    CHECK(close(y1.v, y2.v, rtol_of(DType::bf16), atol_of(DType::bf16, C * 9.0), "after version bump"));
+    CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before + 1);
+    derived.reset();
+    CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before);
   }
   // Not for other geometries or with the direct algorithm asked for.
   Buf x = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);

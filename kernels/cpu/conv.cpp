@@ -5,8 +5,10 @@
 // activations are reordered into it and back per call (Operand), which costs far less.
 // Weights are reordered into the primitive's choice once per version (Note [weight cache]
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
-// sgemm instead (conv_gemm.cpp). The algorithm (direct or oneDNN's choice, which includes
-// Winograd) is a process setting: set_conv_algorithm in kernels/backend.h.
+// sgemm instead (conv_gemm.cpp), and bf16 3x3 stride-1 layers on CPUs with AVX512-BF16 and
+// no AMX to our Winograd kernels (winograd.cpp). The algorithm (direct, or the choice of
+// oneDNN and of this file, which includes Winograd) is a process setting: set_conv_algorithm
+// in kernels/backend.h.
 #include <optional>
 #include <atomic>
 #include <stdexcept>

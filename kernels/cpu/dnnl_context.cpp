@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/cpu/derived_buffer.h"
 #include "ringflow/kernels/derived_cache.h"
 
 namespace ringflow::cpu {
@@ -152,47 +153,27 @@ void Operand::finish() {
   if (copied_) reorder(mem_, user_, op_);
 }
 
-struct WeightOperand::Buffer {
-  std::mutex mutex;
-  uint64_t version = 0;
-  bool filled = false;
-  ScratchBuffer scratch;
-  dnnl::memory mem;
-};
-
 WeightOperand::WeightOperand(const View& w, const dnnl::memory::desc& want, const char* op) {
   const dnnl::memory::desc have = md_of(w);
   if (have == want) {
-    direct_ = dnnl::memory(want, dnnl_engine(), w.data);
+    mem_ = dnnl::memory(want, dnnl_engine(), w.data);
     return;
   }
-  auto make = [&] {
-    auto b = std::make_shared<Buffer>();
-    b->scratch = ScratchBuffer(want.get_size());
-    b->mem = dnnl::memory(want, dnnl_engine(), b->scratch.data());
-    return b;
-  };
-  if (w.derived == nullptr) {  // nothing to keep it in: reorder every call
-    buffer_ = make();
-  } else {
-    const std::string key = KeyBuilder("weights")
-                                .add(reinterpret_cast<int64_t>(w.data))
-                                .add_md(have)
-                                .add_md(want)
-                                .str();
-    buffer_ = std::static_pointer_cast<Buffer>(w.derived->entry(key, make));
-  }
-  std::lock_guard lock(buffer_->mutex);
-  if (buffer_->filled && buffer_->version == w.version) return;
-  reorder(dnnl::memory(have, dnnl_engine(), w.data), buffer_->mem, op);
-  buffer_->version = w.version;
-  buffer_->filled = true;
-  Caches& c = caches();
-  std::lock_guard stats_lock(c.mutex);
-  ++c.stats.weight_reorders;
+  const std::string key = KeyBuilder("weights")
+                              .add(reinterpret_cast<int64_t>(w.data))
+                              .add_md(have)
+                              .add_md(want)
+                              .str();
+  buffer_.emplace(w, key, want.get_size(), [&](void* data) {
+    reorder(dnnl::memory(have, dnnl_engine(), w.data), dnnl::memory(want, dnnl_engine(), data), op);
+    Caches& c = caches();
+    std::lock_guard stats_lock(c.mutex);
+    ++c.stats.weight_reorders;
+  });
+  mem_ = dnnl::memory(want, dnnl_engine(), buffer_->data());
 }
 
-const dnnl::memory& WeightOperand::mem() const { return buffer_ ? buffer_->mem : direct_; }
+const dnnl::memory& WeightOperand::mem() const { return mem_; }
 
 std::string describe(const char* op, std::initializer_list<const View*> views) {
   std::ostringstream os;

@@ -15,18 +15,22 @@
 // buffer kept in the View's DerivedCache, which dies with the weights' Storage; a new
 // version overwrites the same buffer in place. Buffers come from the caching allocator, so
 // the 16-bit weights autocast casts anew every step reuse warm memory. Such a weight holds
-// its forward layout until backward has used it too (one more 16-bit copy at the peak).
+// its forward layout until backward has used it too (one more 16-bit copy at the peak; with
+// the Winograd convolutions, two transformed copies of 16/9 its size). DerivedBuffer
+// (derived_buffer.h) keeps each such buffer.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "ringflow/kernels/cpu/derived_buffer.h"
 #include "ringflow/kernels/view.h"
 
 namespace ringflow::cpu {
@@ -158,9 +162,8 @@ class WeightOperand {
   const dnnl::memory& mem() const;
 
  private:
-  struct Buffer;
-  std::shared_ptr<Buffer> buffer_;  // null when the View is used as it is
-  dnnl::memory direct_;
+  std::optional<DerivedBuffer> buffer_;  // empty when the View is used as it is
+  dnnl::memory mem_;
 };
 
 // Context for error messages: "conv2d_forward x (1, 3, 5, 5) f32 ..."

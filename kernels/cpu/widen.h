@@ -9,6 +9,7 @@
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/dnnl_context.h"
+#include "ringflow/kernels/cpu/staged_view.h"
 
 namespace ringflow::cpu {
 
@@ -18,27 +19,11 @@ inline bool widens(DType dt) {
 
 // A dense f32 copy of a view of a dtype that widens (or the view itself otherwise), in the
 // view's own layout when that is dense. For an output, finish() rounds the f32 values back.
-class Widened {
+class Widened : public StagedView {
  public:
-  Widened(const View& v, bool is_input) : original_(v), view_(v) {
-    if (!widens(v.dtype)) return;
-    buffer_ = ScratchBuffer(std::max<size_t>(1, static_cast<size_t>(v.numel()) * sizeof(float)));
-    view_.data = buffer_.data();
-    view_.dtype = DType::f32;
-    view_.strides = is_dense(v) ? v.strides : contiguous_strides(v.shape);
-    view_.derived = nullptr;  // scratch: nothing may be cached against it
-    if (is_input) copy(view_, original_);
-  }
-  const View& view() const { return view_; }
-  const View* ptr() const { return &view_; }
-  void finish() const {
-    if (widens(original_.dtype)) copy(original_, view_);
-  }
-
- private:
-  View original_;
-  View view_;
-  ScratchBuffer buffer_;
+  Widened(const View& v, bool is_input)
+      : StagedView(v, widens(v.dtype), DType::f32,
+                   is_dense(v) ? v.strides : contiguous_strides(v.shape), is_input) {}
 };
 
 inline bool any_widens(std::initializer_list<const View*> views) {

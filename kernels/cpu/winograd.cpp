@@ -5,19 +5,19 @@
 // Why: oneDNN 2.6 has Winograd only in f32, so there its bf16 direct convolutions lose
 // much of their speed-up to f32 Winograd's 2.25x fewer products. The tile transforms run in
 // f32 and round once to bf16 (their coefficients are 0, +-1 and 1/2); the 16 products per
-// tile are GEMMs that accumulate in f32 (vdpbf16ps): the error of a bf16 direct convolution.
-// Tiles go in chunks that stay in the cache from one transform to the next.
+// tile are GEMMs that accumulate in f32 (vdpbf16ps). Rounding the transformed operands adds
+// to the output's own rounding, so the error is a few times a direct bf16 convolution's
+// (README, "Mixed precision"); --conv-algo direct keeps oneDNN's. Tiles go in chunks that
+// stay in the cache from one transform to the next.
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
-#include <mutex>
 
-#include "ringflow/kernels/cpu/bf16.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
-#include "ringflow/kernels/derived_cache.h"
+#include "ringflow/kernels/cpu/derived_buffer.h"
+#include "ringflow/kernels/cpu/staged_view.h"
 
 #define RF_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
@@ -102,11 +102,21 @@ struct Tiles {
   int64_t N, H, W, TH, TW;
   Tiles(int64_t n, int64_t h, int64_t w) : N(n), H(h), W(w), TH((h + 1) / 2), TW((w + 1) / 2) {}
   int64_t count() const { return N * TH * TW; }
-  // The pixel (n, 2*th + dy, 2*tw + dx) of tile t, or -1 outside the image.
-  int64_t pixel(int64_t t, int64_t dy, int64_t dx) const {
-    const int64_t n = t / (TH * TW), rest = t % (TH * TW);
-    const int64_t h = 2 * (rest / TW) + dy, w = 2 * (rest % TW) + dx;
-    return h < 0 || h >= H || w < 0 || w >= W ? -1 : (n * H + h) * W + w;
+};
+
+// One tile's place: pixel(dy, dx) is the pixel (n, 2*th + dy, 2*tw + dx), or -1 outside
+// the image.
+struct Tile {
+  int64_t n, h, w;  // h, w: the output tile's top-left pixel
+  const Tiles* g;
+  Tile(const Tiles& tiles, int64_t t)
+      : n(t / (tiles.TH * tiles.TW)),
+        h(2 * (t % (tiles.TH * tiles.TW) / tiles.TW)),
+        w(2 * (t % tiles.TW)),
+        g(&tiles) {}
+  int64_t pixel(int64_t dy, int64_t dx) const {
+    const int64_t y = h + dy, x = w + dx;
+    return y < 0 || y >= g->H || x < 0 || x >= g->W ? -1 : (n * g->H + y) * g->W + x;
   }
 };
 
@@ -138,26 +148,26 @@ RF_AVX512BF16 inline void input_transform(__m512 v[16], const __m512 d[16]) {
   }
 }
 
-// The transformed input patch of tile t, channels c0 .. c0 + 16 of x (C channels).
+// The transformed input patch of a tile, channels c0 .. c0 + 16 of x (C channels).
 RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* x, int64_t C,
-                                            const Tiles& g, int64_t t, int64_t c0) {
+                                            const Tile& tile, int64_t c0) {
   __m512 d[16];
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 4; ++j) {
-      const int64_t px = g.pixel(t, i - 1, j - 1);
+      const int64_t px = tile.pixel(i - 1, j - 1);
       d[4 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(x + px * C + c0);
     }
   input_transform(v, d);
 }
 
 // z = A dY A^T for a 2x2 output gradient, A = [1 0; 1 1; 1 -1; 0 -1]: the gradient of the
-// 16 products of tile t, channels k0 .. k0 + 16 of dy (K channels).
+// 16 products of a tile, channels k0 .. k0 + 16 of dy (K channels).
 RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int64_t K,
-                                           const Tiles& g, int64_t t, int64_t k0) {
+                                           const Tile& tile, int64_t k0) {
   __m512 y[4];
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j) {
-      const int64_t px = g.pixel(t, i, j);
+      const int64_t px = tile.pixel(i, j);
       y[2 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(dy + px * K + k0);
     }
   __m512 r[8];  // A dY: 4 x 2
@@ -179,6 +189,7 @@ RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int
 // y = A^T m A + bias, A^T = [1 1 1 0; 0 1 -1 -1], into the output pixels of tile t.
 RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t,
                                const float* m, int64_t point_stride, const float* bias) {
+  const Tile tile(g, t);
   for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
     __m512 s[8];  // A^T m: 2 x 4
     for (int j = 0; j < 4; ++j) {
@@ -195,7 +206,7 @@ RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t
       const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r[0], r[1]), r[2]), b),
                              _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r[1], r[2]), r[3]), b)};
       for (int j = 0; j < 2; ++j) {
-        const int64_t px = g.pixel(t, i, j);
+        const int64_t px = tile.pixel(i, j);
         if (px >= 0) store16(y + px * K + k0, out[j]);
       }
     }
@@ -204,9 +215,10 @@ RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t
 
 RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t* x, int64_t C,
                               const Tiles& g, int64_t t) {
+  const Tile tile(g, t);
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
     __m512 u[16];
-    transformed_patch(u, x, C, g, t, c0);
+    transformed_patch(u, x, C, tile, c0);
     for (int e = 0; e < kPoints; ++e) store16(v + e * point_stride + c0, u[e]);
   }
 }
@@ -215,6 +227,44 @@ RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t*
 struct Range {
   int64_t begin, end;
   Range(int64_t n, int part, int parts) : begin(n * part / parts), end(n * (part + 1) / parts) {}
+};
+
+// How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
+// `multiple`) whose transformed operands take about `budget` bytes: each thread takes
+// whole chunks with scratch of its own (`own`, and chunks small enough that every thread
+// gets some), or all threads share each chunk (one scratch).
+struct ChunkPlan {
+  bool own;
+  int64_t tiles, rows, chunks;
+  int slots;
+  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple)
+      : own(own_chunks), tiles(tile_count) {
+    const int threads = omp_get_max_threads();
+    const int64_t budget = own ? kOwnChunkBytes : kChunkBytes;
+    rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
+    if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
+    chunks = (tiles + rows - 1) / rows;
+    slots = own ? threads : 1;
+  }
+  static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+  // body(t0, n, slot, part, parts) for every chunk [t0, t0 + n): with own chunks by one
+  // thread (its scratch slot, part 0 of 1), else by all threads of the team together.
+  template <class Body>
+  void run(const Body& body) const {
+#pragma omp parallel
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
+        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
+        if (own) {
+          body(t0, n, tid, 0, 1);
+        } else {
+          body(t0, n, 0, tid, nt);
+        }
+      }
+    }
+  }
 };
 
 // y (channels-last, Cout channels) = conv3x3(x (Cin channels), weights) + bias, with the
@@ -228,8 +278,9 @@ struct Forward {
   const uint16_t* u;
   const float* bias;
 
-  // Tiles [t0, t0 + n) through v and m (chunk rows each), by `parts` threads of which the
-  // caller is `part`; they all call it.
+  // Tiles [t0, t0 + n) through v and m (rows each), by `parts` threads of which the caller
+  // is `part`; they all call it. The next chunk's transforms may overlap this one's output
+  // transform: they write v, which this chunk no longer reads.
   void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, float* m, int part, int parts) const {
     for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
       input_tile(v + r.begin * Cin, rows * Cin, x, Cin, g, t0 + r.begin);
@@ -247,40 +298,24 @@ struct Forward {
     }
     for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
       output_tile(y, Cout, g, t0 + r.begin, m + r.begin * Cout, rows * Cout, bias);
-    if (parts > 1) {
-#pragma omp barrier
-    }
   }
 
-  // Where the transformed weights fit in a core's cache next to a chunk, each thread takes
-  // whole chunks; otherwise all threads share each chunk, each with its part of the weights.
+  // Threads take whole chunks where the transformed weights fit in a core's cache next to
+  // one; otherwise they share each chunk, each with its part of the weights.
   void run() const {
-    const int threads = omp_get_max_threads();
-    const bool own_chunks = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
-    const int64_t per_tile = kPoints * (2 * Cin + 4 * Cout);
-    const int64_t budget = own_chunks ? kOwnChunkBytes : kChunkBytes;
-    const int64_t rows = std::max<int64_t>(kRows, budget / per_tile / kRows * kRows);
-    const int64_t tiles = g.count(), chunks = (tiles + rows - 1) / rows;
-    const int copies = own_chunks ? threads : 1;
-    ScratchBuffer v_buf(size_t(copies * kPoints * rows * Cin) * sizeof(uint16_t));
-    ScratchBuffer m_buf(size_t(copies * kPoints * rows * Cout) * sizeof(float));
-#pragma omp parallel num_threads(threads)
-    {
-      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int slot = own_chunks ? tid : 0;
-      uint16_t* v = static_cast<uint16_t*>(v_buf.data()) + slot * kPoints * rows * Cin;
-      float* m = static_cast<float*>(m_buf.data()) + slot * kPoints * rows * Cout;
-      for (int64_t i = own_chunks ? tid : 0; i < chunks; i += own_chunks ? nt : 1) {
-        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
-        own_chunks ? chunk(t0, n, rows, v, m, 0, 1) : chunk(t0, n, rows, v, m, tid, nt);
-      }
-    }
+    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout),
+                         kPoints * Cin * Cout * 2 <= kOwnWeightBytes, kRows);
+    const int64_t v_slot = kPoints * plan.rows * Cin, m_slot = kPoints * plan.rows * Cout;
+    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
+    ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
+    plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
+      chunk(t0, n, plan.rows, static_cast<uint16_t*>(v_buf.data()) + slot * v_slot,
+            static_cast<float*>(m_buf.data()) + slot * m_slot, part, parts);
+    });
   }
 };
 
 // ---------------------------------------------------------------- backward-weights
-// The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
-// (zeros from `last` on), pair-interleaved as vdpbf16ps reads them: out[point][ch][2].
 // 32 bf16 at out: a[0], b[0], a[1], b[1], ... (the pairs vdpbf16ps reads).
 RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
   alignas(64) static constexpr uint16_t kInterleave[32] = {
@@ -290,9 +325,12 @@ RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
   _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both));
 }
 
+// The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
+// (zeros from `last` on), pair-interleaved: out[point][ch][2].
 template <bool Grad>
 RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
                              int64_t channels, const Tiles& g, int64_t t, int64_t last) {
+  const Tile tiles[2] = {Tile(g, t), Tile(g, std::min(t + 1, last - 1))};
   for (int64_t c0 = 0; c0 < channels; c0 += kLanes) {
     __m512 a[16], b[16];
     for (int64_t i = 0; i < 2; ++i) {
@@ -300,9 +338,9 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
       if (t + i >= last) {
         for (int e = 0; e < kPoints; ++e) dst[e] = _mm512_setzero_ps();
       } else if constexpr (Grad) {
-        transformed_grad(dst, src, channels, g, t + i, c0);
+        transformed_grad(dst, src, channels, tiles[i], c0);
       } else {
-        transformed_patch(dst, src, channels, g, t + i, c0);
+        transformed_patch(dst, src, channels, tiles[i], c0);
       }
     }
     for (int e = 0; e < kPoints; ++e) store_pairs(out + e * point_stride + 2 * c0, a[e], b[e]);
@@ -342,33 +380,21 @@ struct BackwardWeights {
     }
   }
 
-  // Threads that take whole chunks keep partial sums of their own: du holds copies() of
-  // them, to be added.
-  bool own_chunks() const { return kPoints * C * K * 4 <= kOwnPartialBytes; }
-  int copies() const { return own_chunks() ? omp_get_max_threads() : 1; }
-
-  void run(float* du) const {
-    const int threads = copies() > 1 ? copies() : omp_get_max_threads();
-    const bool own = own_chunks();
-    const int64_t per_tile = kPoints * 2 * (C + K);
-    const int64_t rows = std::max<int64_t>(2, (own ? kOwnChunkBytes : kChunkBytes) / per_tile / 2 * 2);
-    const int64_t tiles = g.count(), chunks = (tiles + rows - 1) / rows;
-    const int slots = own ? threads : 1;
-    ScratchBuffer v_buf(size_t(slots * kPoints * rows * C) * sizeof(uint16_t));
-    ScratchBuffer z_buf(size_t(slots * kPoints * rows * K) * sizeof(uint16_t));
-    std::fill(du, du + copies() * kPoints * C * K, 0.0f);
-#pragma omp parallel num_threads(threads)
-    {
-      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int slot = own ? tid : 0;
-      uint16_t* v = static_cast<uint16_t*>(v_buf.data()) + slot * kPoints * rows * C;
-      uint16_t* z = static_cast<uint16_t*>(z_buf.data()) + slot * kPoints * rows * K;
-      float* sums = du + slot * kPoints * C * K;
-      for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
-        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
-        own ? chunk(t0, n, rows, v, z, sums, 0, 1) : chunk(t0, n, rows, v, z, sums, tid, nt);
-      }
-    }
+  // Threads take whole chunks where a partial weight gradient of their own stays in a
+  // core's cache; returns the partial sums (plan.slots of them in du_buf), to be added.
+  ChunkPlan plan() const {
+    return ChunkPlan(g.count(), kPoints * 2 * (C + K), kPoints * C * K * 4 <= kOwnPartialBytes, 2);
+  }
+  void run(const ChunkPlan& plan, float* du) const {
+    const int64_t v_slot = kPoints * plan.rows * C, z_slot = kPoints * plan.rows * K;
+    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
+    ScratchBuffer z_buf(size_t(plan.slots * z_slot) * sizeof(uint16_t));
+    fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
+    plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
+      chunk(t0, n, plan.rows, static_cast<uint16_t*>(v_buf.data()) + slot * v_slot,
+            static_cast<uint16_t*>(z_buf.data()) + slot * z_slot, du + slot * kPoints * C * K,
+            part, parts);
+    });
   }
 };
 
@@ -458,68 +484,28 @@ RF_AVX512BF16 void weight_gradient_row(float* taps, const float* du, int copies,
 }
 
 // The transformed weights of w, kept in w's storage while its version holds.
-class TransformedWeights {
- public:
-  TransformedWeights(const View& w, bool backward_data) {
-    const size_t bytes = size_t(kPoints * w.shape[0] * w.shape[1]) * sizeof(uint16_t);
-    auto make = [&] {
-      auto b = std::make_shared<Buffer>();
-      b->scratch = ScratchBuffer(bytes);
-      return b;
-    };
-    if (w.derived == nullptr) {
-      buffer_ = make();
-    } else {
-      const std::string key = KeyBuilder("winograd_weights")
-                                  .add(reinterpret_cast<int64_t>(w.data))
-                                  .add(w)
-                                  .add(int64_t(backward_data))
-                                  .str();
-      buffer_ = std::static_pointer_cast<Buffer>(w.derived->entry(key, make));
-    }
-    std::lock_guard lock(buffer_->mutex);
-    if (buffer_->filled && buffer_->version == w.version) return;
-    transform_weights(static_cast<uint16_t*>(buffer_->scratch.data()), w, backward_data);
-    buffer_->version = w.version;
-    buffer_->filled = true;
-  }
-  const uint16_t* data() const { return static_cast<const uint16_t*>(buffer_->scratch.data()); }
-
- private:
-  struct Buffer {
-    std::mutex mutex;
-    uint64_t version = 0;
-    bool filled = false;
-    ScratchBuffer scratch;
-  };
-  std::shared_ptr<Buffer> buffer_;
-};
+DerivedBuffer transformed_weights(const View& w, bool backward_data) {
+  const std::string key = KeyBuilder("winograd_weights")
+                              .add(reinterpret_cast<int64_t>(w.data))
+                              .add(w)
+                              .add(int64_t(backward_data))
+                              .str();
+  const size_t bytes = size_t(kPoints * w.shape[0] * w.shape[1]) * sizeof(uint16_t);
+  return DerivedBuffer(w, key, bytes, [&](void* u) {
+    transform_weights(static_cast<uint16_t*>(u), w, backward_data);
+  });
+}
 
 // ---------------------------------------------------------------- when
-// An activation as this file reads and writes it, channels-last and dense: a copy where the
-// caller's is laid out otherwise (finish() writes an output back).
-class ChannelsLast {
- public:
-  ChannelsLast(const View& v, bool is_input) : original_(v) {
-    if (v.is_channels_last()) return;
-    const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-    buffer_ = ScratchBuffer(size_t(v.numel()) * sizeof(uint16_t));
-    View dense{buffer_.data(), v.dtype, v.shape, {H * W * C, 1, W * C, C}};
-    if (is_input) copy(dense, v);
-  }
-  uint16_t* data() const {
-    return static_cast<uint16_t*>(buffer_.data() ? buffer_.data() : original_.data);
-  }
-  void finish() const {
-    if (!buffer_.data()) return;
-    const int64_t C = original_.shape[1], H = original_.shape[2], W = original_.shape[3];
-    copy(original_, View{buffer_.data(), original_.dtype, original_.shape, {H * W * C, 1, W * C, C}});
-  }
+// An activation as this file reads and writes it, channels-last and dense (a copy where
+// the caller's is laid out otherwise).
+StagedView channels_last(const View& v, bool is_input) {
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  return StagedView(v, !v.is_channels_last(), v.dtype, {H * W * C, 1, W * C, C}, is_input);
+}
 
- private:
-  View original_;
-  ScratchBuffer buffer_;
-};
+const uint16_t* in_data(const StagedView& v) { return v.view().ptr<const uint16_t>(); }
+uint16_t* out_data(const StagedView& v) { return v.view().ptr<uint16_t>(); }
 
 // in (N, reduced, H, W) and out (N, produced, H, W) bf16 activations of a 3x3 stride-1
 // pad-1 convolution with weights w, which this file computes.
@@ -536,20 +522,30 @@ bool applies(const View& in, const View& w, const View& out, const Conv2dParams&
          in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
 }
 
+// A bias or its gradient of K values.
+bool bias_fits(const View* b, int64_t K) {
+  return !b || (b->dim() == 1 && b->shape[0] == K && dnnl_friendly({b}));
+}
+
 }  // namespace
 
-// Where oneDNN has AMX its bf16 kernels beat this file's.
+// Where oneDNN runs bf16 on AMX its kernels beat this file's. (The ISA values are bit sets:
+// AVX2_VNNI's is larger than AMX's, so the test is for AMX's bits.)
 bool winograd_runs_here() {
-  static const bool runs =
-      cpu_native_bf16() && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  static const bool runs = [] {
+    const int amx = static_cast<int>(dnnl::cpu_isa::avx512_core_amx);
+    const bool onednn_amx = (static_cast<int>(dnnl::get_effective_cpu_isa()) & amx) == amx;
+    return cpu_native_bf16() && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && !onednn_amx;
+  }();
   return runs;
 }
 
 bool winograd_forward(const View& y, const View& x, const View& w, const View* bias,
                       const Conv2dParams& p) {
-  if (!applies(x, w, y, p) || w.shape[0] != y.shape[1] || w.shape[1] != x.shape[1]) return false;
-  if (bias && (bias->dim() != 1 || !dnnl_friendly({bias}))) return false;
-  const int64_t K = y.shape[1];
+  const int64_t K = y.dim() == 4 ? y.shape[1] : 0;
+  if (!applies(x, w, y, p) || w.shape[0] != K || w.shape[1] != x.shape[1] || !bias_fits(bias, K))
+    return false;
   ScratchBuffer bias_buf;
   const float* b = nullptr;
   if (bias) {
@@ -557,10 +553,10 @@ bool winograd_forward(const View& y, const View& x, const View& w, const View* b
     copy(View{bias_buf.data(), DType::f32, {K}, {1}}, *bias);
     b = static_cast<const float*>(bias_buf.data());
   }
-  const TransformedWeights u(w, /*backward_data=*/false);
-  const ChannelsLast in(x, true), out(y, false);
-  Forward{out.data(), K, in.data(), x.shape[1], Tiles(x.shape[0], x.shape[2], x.shape[3]),
-          u.data(), b}.run();
+  const DerivedBuffer u = transformed_weights(w, /*backward_data=*/false);
+  const StagedView in = channels_last(x, true), out = channels_last(y, false);
+  Forward{out_data(out), K, in_data(in), x.shape[1], Tiles(x.shape[0], x.shape[2], x.shape[3]),
+          static_cast<const uint16_t*>(u.data()), b}.run();
   out.finish();
   return true;
 }
@@ -569,10 +565,11 @@ bool winograd_backward_data(const View& dx, const View& dy, const View& w,
                             const Conv2dParams& p) {
   if (!applies(dy, w, dx, p) || w.shape[0] != dy.shape[1] || w.shape[1] != dx.shape[1])
     return false;
-  const TransformedWeights u(w, /*backward_data=*/true);
-  const ChannelsLast in(dy, true), out(dx, false);
-  Forward{out.data(), dx.shape[1], in.data(), dy.shape[1],
-          Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), u.data(), nullptr}.run();
+  const DerivedBuffer u = transformed_weights(w, /*backward_data=*/true);
+  const StagedView in = channels_last(dy, true), out = channels_last(dx, false);
+  Forward{out_data(out), dx.shape[1], in_data(in), dy.shape[1],
+          Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), static_cast<const uint16_t*>(u.data()),
+          nullptr}.run();
   out.finish();
   return true;
 }
@@ -581,23 +578,22 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
                                const Conv2dParams& p) {
   // At 2x2 and smaller, one tile per image: im2col + matmul (conv_gemm.cpp) is faster.
   if (!applies(x, dw, dy, p) || dw.shape[0] != dy.shape[1] || dw.shape[1] != x.shape[1] ||
-      x.shape[2] * x.shape[3] <= 4)
+      x.shape[2] * x.shape[3] <= 4 || !bias_fits(db, dy.shape[1]))
     return false;
-  if (db && (db->dim() != 1 || !dnnl_friendly({db}))) return false;
   const int64_t K = dy.shape[1], C = x.shape[1];
-  const ChannelsLast grad(dy, true), in(x, true);
-  const BackwardWeights products{grad.data(), K, in.data(), C,
+  const StagedView grad = channels_last(dy, true), in = channels_last(x, true);
+  const BackwardWeights products{in_data(grad), K, in_data(in), C,
                                  Tiles(x.shape[0], x.shape[2], x.shape[3])};
-  const int copies = products.copies();
-  ScratchBuffer du_buf(size_t(copies * kPoints * C * K) * sizeof(float));
+  const ChunkPlan plan = products.plan();
+  ScratchBuffer du_buf(size_t(plan.slots * kPoints * C * K) * sizeof(float));
   float* du = static_cast<float*>(du_buf.data());
-  products.run(du);
+  products.run(plan, du);
   ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
   float* taps = static_cast<float*>(taps_buf.data());
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, copies, C, K, c);
+  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.slots, C, K, c);
   copy(dw, View{taps, DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
-  if (db) conv_bias_grad(*db, grad.data(), dy.numel() / K, K);
+  if (db) conv_bias_grad(*db, in_data(grad), dy.numel() / K, K);
   return true;
 }
 
