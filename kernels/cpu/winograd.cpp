@@ -25,8 +25,8 @@ namespace ringflow::cpu {
 namespace {
 
 constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
-constexpr int kRows = 12;    // micro-kernel rows: 24 accumulators, 2 B and 1 A register
-constexpr int kCols = 32;    // micro-kernel columns: two zmm of f32
+constexpr int kRows = 12;    // forward chunks hold a multiple of this many tiles (rows_for)
+constexpr int kCols = 64;    // micro-kernel columns: four zmm of f32 (fewer in a last block)
 constexpr int kLanes = 16;   // f32 lanes of a zmm: the channels a transform handles at once
 // Tiles per chunk: their transformed operands take about this many bytes (tuned on Zen 5:
 // 1 MB of L2 per core, 32 MB of L3). A thread takes whole chunks of its own where the
@@ -38,9 +38,10 @@ constexpr int64_t kOwnWeightBytes = 4 << 20;
 constexpr int64_t kOwnPartialBytes = 512 << 10;
 
 // ---------------------------------------------------------------- GEMM
-// c[R x 32] (+)= sum over pairs p of a(row, p) . b(p, col): a(row, p) is the bf16 pair at
-// a + row * a_row + p * a_pair, b(p, .) the 32 columns of pairs at b + p * b_pair (the two
-// values of a pair adjacent, as vdpbf16ps takes them).
+// c[R x 16Z] (+)= sum over pairs p of a(row, p) . b(p, col): a(row, p) is the bf16 pair at
+// a + row * a_row + p * a_pair, b(p, .) the 16Z columns of pairs at b + p * b_pair (the two
+// values of a pair adjacent, as vdpbf16ps takes them). Z = 4 (64 columns: each row of a
+// read once for 64 channels) but in a last, narrower block.
 struct GemmArgs {
   const uint16_t* a;
   int64_t a_row, a_pair;
@@ -51,49 +52,66 @@ struct GemmArgs {
   bool accumulate;
 };
 
-template <int R>
+template <int R, int Z>
 RF_AVX512BF16 void micro_kernel(const GemmArgs& g) {
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc) : _mm512_setzero_ps();
-    acc[r][1] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc + kLanes) : _mm512_setzero_ps();
-  }
+  __m512 acc[R][Z];
+  for (int r = 0; r < R; ++r)
+    for (int z = 0; z < Z; ++z)
+      acc[r][z] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc + z * kLanes) : _mm512_setzero_ps();
   for (int64_t p = 0; p < g.pairs; ++p) {
     const uint16_t* bp = g.b + p * g.b_pair;
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 2 * kLanes);
+    __m512bh b[Z];
+    for (int z = 0; z < Z; ++z) b[z] = (__m512bh)_mm512_loadu_si512(bp + z * 2 * kLanes);
     const uint16_t* ap = g.a + p * g.a_pair;
     for (int r = 0; r < R; ++r) {
       int32_t pair;
       std::memcpy(&pair, ap + r * g.a_row, sizeof pair);
       const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+      for (int z = 0; z < Z; ++z) acc[r][z] = _mm512_dpbf16_ps(acc[r][z], av, b[z]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(g.c + r * g.ldc, acc[r][0]);
-    _mm512_storeu_ps(g.c + r * g.ldc + kLanes, acc[r][1]);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int z = 0; z < Z; ++z) _mm512_storeu_ps(g.c + r * g.ldc + z * kLanes, acc[r][z]);
 }
 
-template <int R>
+template <int R, int Z>
 void micro_kernel_tail(int rows, const GemmArgs& g) {
   if constexpr (R > 0) {
-    if (rows == R) return micro_kernel<R>(g);
-    micro_kernel_tail<R - 1>(rows, g);
+    if (rows == R) return micro_kernel<R, Z>(g);
+    micro_kernel_tail<R - 1, Z>(rows, g);
   }
 }
 
-// The same for `rows` rows: a and c advance by a_row and ldc per row.
+// Rows of the micro-kernel with Z zmm of columns: 24 accumulators.
+template <int Z>
+constexpr int rows_for() { return Z == 1 ? 12 : 24 / Z; }
+
+template <int Z>
 void gemm_rows(int64_t rows, GemmArgs g) {
-  for (; rows >= kRows; rows -= kRows) {
-    micro_kernel<kRows>(g);
-    g.a += kRows * g.a_row;
-    g.c += kRows * g.ldc;
+  constexpr int R = rows_for<Z>();
+  for (; rows >= R; rows -= R) {
+    micro_kernel<R, Z>(g);
+    g.a += R * g.a_row;
+    g.c += R * g.ldc;
   }
-  micro_kernel_tail<kRows - 1>(int(rows), g);
+  micro_kernel_tail<R - 1, Z>(int(rows), g);
 }
+
+// The same for `rows` rows (a and c advance by a_row and ldc per row) and column block kb
+// of `cols` columns, a multiple of 16: b and c start at its first column.
+void gemm_block(int64_t rows, int64_t cols, int64_t kb, GemmArgs g) {
+  g.b += kb * kCols * 2;
+  g.c += kb * kCols;
+  switch (std::min<int64_t>(cols - kb * kCols, kCols) / kLanes) {
+    case 1: return gemm_rows<1>(rows, g);
+    case 2: return gemm_rows<2>(rows, g);
+    case 3: return gemm_rows<3>(rows, g);
+    default: return gemm_rows<4>(rows, g);
+  }
+}
+
+// Column blocks of the micro-kernel in `cols` columns.
+int64_t column_blocks(int64_t cols) { return (cols + kCols - 1) / kCols; }
 
 // ---------------------------------------------------------------- tiles
 // Output tile t covers output pixels (2*th + i, 2*tw + j), i, j in {0, 1}; its input patch
@@ -287,11 +305,11 @@ struct Forward {
     if (parts > 1) {
 #pragma omp barrier
     }
-    const int64_t blocks = Cout / kCols;
+    const int64_t blocks = column_blocks(Cout);
     for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
       const int64_t e = r.begin / blocks, kb = r.begin % blocks;
-      gemm_rows(n, {v + e * rows * Cin, Cin, 2, u + (e * (Cin / 2) * Cout + kb * kCols) * 2,
-                    2 * Cout, Cin / 2, m + e * rows * Cout + kb * kCols, Cout, false});
+      gemm_block(n, Cout, kb, {v + e * rows * Cin, Cin, 2, u + e * (Cin / 2) * Cout * 2, 2 * Cout,
+                               Cin / 2, m + e * rows * Cout, Cout, false});
     }
     if (parts > 1) {
 #pragma omp barrier
@@ -369,11 +387,11 @@ struct BackwardWeights {
     if (parts > 1) {
 #pragma omp barrier
     }
-    const int64_t blocks = K / kCols;
+    const int64_t blocks = column_blocks(K);
     for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
       const int64_t e = r.begin / blocks, kb = r.begin % blocks;
-      gemm_rows(C, {v + e * rows * C, 2, 2 * C, z + e * rows * K + kb * kCols * 2, 2 * K,
-                    pairs, du + e * C * K + kb * kCols, K, true});
+      gemm_block(C, K, kb, {v + e * rows * C, 2, 2 * C, z + e * rows * K, 2 * K, pairs,
+                            du + e * C * K, K, true});
     }
     if (parts > 1) {
 #pragma omp barrier
@@ -518,7 +536,7 @@ bool applies(const View& in, const View& w, const View& out, const Conv2dParams&
                         p.dilation_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
                         p.pad_left == 1 && p.pad_right == 1;
   return geometry && in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
-         in.shape[3] == out.shape[3] && in.shape[1] % kLanes == 0 && out.shape[1] % kCols == 0 &&
+         in.shape[3] == out.shape[3] && in.shape[1] % kLanes == 0 && out.shape[1] % kLanes == 0 &&
          in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
 }
 
