@@ -399,7 +399,7 @@ struct BackwardWeights {
   }
 
   // Threads take whole chunks where a partial weight gradient of their own stays in a
-  // core's cache; returns the partial sums (plan.slots of them in du_buf), to be added.
+  // core's cache; run() leaves plan.slots partial sums in du, to be added.
   ChunkPlan plan() const {
     return ChunkPlan(g.count(), kPoints * 2 * (C + K), kPoints * C * K * 4 <= kOwnPartialBytes, 2);
   }
