@@ -145,8 +145,9 @@ Row measure(const Timing& t, std::string op, std::string shape, double gflop, co
   if (truths.empty()) {
     r.check = max_rel_diff(results());
   } else {  // a few bf16 epsilons (2^-8)
-    r.check = rms_error(results(), truths, false);
-    r.raw_error = rms_error(results(), truths, true);
+    const Pairs got = results();
+    r.check = rms_error(got, truths, false);
+    r.raw_error = rms_error(got, truths, true);
     r.tolerance = 1e-2;
   }
   return r;

@@ -178,6 +178,19 @@ void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
 std::vector<std::string> conv_algorithm_names();  // for flags: "auto", "direct"
 ConvAlgorithm conv_algorithm_from_name(const std::string& name);
+// Sets the algorithm for a scope and restores the one before at its end.
+class ConvAlgorithmGuard {
+ public:
+  explicit ConvAlgorithmGuard(ConvAlgorithm algorithm) : saved_(conv_algorithm()) {
+    set_conv_algorithm(algorithm);
+  }
+  ~ConvAlgorithmGuard() { set_conv_algorithm(saved_); }
+  ConvAlgorithmGuard(const ConvAlgorithmGuard&) = delete;
+  ConvAlgorithmGuard& operator=(const ConvAlgorithmGuard&) = delete;
+
+ private:
+  ConvAlgorithm saved_;
+};
 
 // Whether the CUDA backend may compute f32 matmuls on TF32 tensor cores (inputs rounded to
 // 10 mantissa bits): off by default, as PyTorch's torch.backends.cuda.matmul.allow_tf32,

@@ -34,14 +34,8 @@ TEST_CASE("conv2d forward / backward-data / backward-weights match the reference
 
 // The shapes of VGG/ResNet's 3x3 layers, where ConvAlgorithm::automatic lets oneDNN pick
 // Winograd on AVX-512 machines: both algorithms within the same tolerance of the reference.
-// Restores the process's convolution algorithm when a test case ends, however it ends.
-struct ConvAlgorithmGuard {
-  ConvAlgorithm saved = conv_algorithm();
-  ~ConvAlgorithmGuard() { set_conv_algorithm(saved); }
-};
-
 TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference") {
-  const ConvAlgorithmGuard guard;
+  const ConvAlgorithmGuard guard(conv_algorithm());
   std::mt19937 rng(2);
   for (ConvAlgorithm algorithm : {ConvAlgorithm::automatic, ConvAlgorithm::direct}) {
     set_conv_algorithm(algorithm);
@@ -61,8 +55,7 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
     MESSAGE("not checked: Winograd runs on CPUs with AVX512-BF16 and no AMX only");
     return;
   }
-  const ConvAlgorithmGuard guard;
-  set_conv_algorithm(ConvAlgorithm::automatic);
+  const ConvAlgorithmGuard guard(ConvAlgorithm::automatic);
   std::mt19937 rng(3);
   // Odd sizes leave half-empty tiles, and an odd count of them a zero tile in
   // backward-weights (5x5); 1x1 images a single one; more channels than one micro-kernel

@@ -150,7 +150,7 @@ void check_bf16_step(const std::string& fixture, ConvAlgorithm algorithm) {
                         cpu::winograd_runs_here();
   CAPTURE(fixture);
   CAPTURE(winograd);
-  set_conv_algorithm(algorithm);
+  const ConvAlgorithmGuard guard(algorithm);
   const SafetensorsFile f = load_fixture(fixture);
   const Step s = run_step(f, DType::f32, /*autocast=*/true);
   CHECK(s.logits.dtype() == DType::bf16);   // the linear layer ran in bf16
@@ -185,11 +185,9 @@ void check_bf16_step(const std::string& fixture, ConvAlgorithm algorithm) {
 }
 
 TEST_CASE("a training step under autocast to bf16 matches PyTorch's autocast step") {
-  const ConvAlgorithm saved = conv_algorithm();
   for (const std::string fixture : {kFixture, kWideFixture})
     for (const ConvAlgorithm algorithm : {ConvAlgorithm::direct, ConvAlgorithm::automatic})
       check_bf16_step(fixture, algorithm);
-  set_conv_algorithm(saved);
 }
 
 TEST_CASE("autocast off inside an autocast scope: the f32 step, bit for bit") {
