@@ -15,8 +15,8 @@ struct StepMemory {
   double per_image_bytes = 0;  // activations kept for backward, the input, their gradients
   double parameter_bytes = 0;  // the model's parameters alone (f32)
   // The host allocator caches freed blocks by exact size (kernels/cpu/allocator.h): at large
-  // batches it holds nearly as much again as the activations allocated (README), so they
-  // count twice.
+  // batches it holds nearly as much again as the activations allocated (docs/failures.md),
+  // so they count twice.
   double activations(int64_t batch) const { return 2 * per_image_bytes * static_cast<double>(batch); }
   double at(int64_t batch) const { return fixed_bytes + activations(batch); }
 };

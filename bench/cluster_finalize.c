@@ -5,15 +5,14 @@
 // the endpoint of every rank, progresses UCX until all of those requests complete, then
 // waits in a PMI barrier without progressing UCX. Closing an endpoint that carried
 // traffic needs the peer's answer over TCP, so a rank already in the barrier can leave
-// a peer waiting forever. Under bench/cluster with 4 hosts, a plain MPI program whose
-// ranks each sent one message (1 KB to 16 MB) to the next rank hung in 23 of 26 runs,
-// bench/collectives in 6 of 10; with no message at all, none of 6; 2 hosts never hung.
-// MPICH 4.2 removed that barrier (pmodels/mpich pull request 6596).
+// a peer waiting forever: under bench/cluster with 4 hosts most runs of a program whose
+// ranks exchanged messages hung, 2 hosts never did (docs/emulated-cluster.md). MPICH 4.2
+// removed that barrier (pmodels/mpich pull request 6596).
 //
 // Here ucp_disconnect_nb() returns "done" without closing anything: the endpoints are
 // then destroyed with the worker by ucp_worker_destroy(), after the barrier, when every
 // rank has finished its MPI communication (MPI_Finalize requires it) and nothing of the
-// program's data is left in flight. With it, the same 4-host runs finished 24 of 24.
+// program's data is left in flight. With it, the same 4-host runs finished.
 // libmpich imports no other endpoint-closing function of UCX, so nothing else changes.
 #include <ucp/api/ucp.h>
 

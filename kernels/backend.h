@@ -168,7 +168,7 @@ int num_threads();
 
 // How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses
 // per shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster
-// (AVX-512 machines; 1.5-2x there), at the price of rounding that differs from the plain
+// (AVX-512 machines; docs/kernels.md), at the price of rounding that differs from the plain
 // sum (tests/cpu_kernels_test holds it to the same tolerance against the reference); bf16
 // 3x3 stride-1 layers on CPUs with AVX512-BF16 and no AMX run our Winograd F(2x2, 3x3)
 // (kernels/cpu/winograd.cpp), whose error is a few times a direct bf16 sum's.

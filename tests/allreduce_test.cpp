@@ -4,8 +4,8 @@
 // that every message takes many pieces and wraps its channel), run under mpiexec at 1..5 ranks: against closed forms (rank r contributes
 // (r + 1) * k with k = 1 + i % 7, so sum = k n(n+1)/2, max = k n, min = k, avg = sum / n,
 // all exact in every dtype) and against MPI_Allreduce on random data. Every rank runs
-// every case. At 3+ ranks (oversubscribed on small machines, ~10-50 ms a collective) the
-// sweep is thinned: each (algorithm, dtype, count) takes one op in turn.
+// every case. At 3+ ranks (oversubscribed on small machines, where a collective is slow:
+// docs/allreduce.md) the sweep is thinned: each (algorithm, dtype, count) takes one op in turn.
 #include <doctest/doctest.h>
 #include <mpi.h>
 

@@ -8,7 +8,8 @@
 // rebuild from the order gradients became ready; the bucket tuner (every rank choosing
 // the same caps, training unchanged by the re-bucketing).
 // Each rank starts from a differently seeded model: only DDP's broadcast makes them equal.
-// With more ranks than cores each collective costs ~10-50 ms: the cases stay small.
+// With more ranks than cores each collective is slow (docs/allreduce.md): the cases stay
+// small.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -8,7 +8,8 @@
 // backward, after_backward, the optimizer, GradientSync's zero_grad.
 // Each rank starts from a differently seeded model: only the strategy's broadcast makes
 // them equal. The model has two parameter tensors, so that an allreduce per gradient stays
-// cheap: about 110 collectives in all (10-50 ms each with more ranks than cores).
+// cheap: about 110 collectives in all, each slow with more ranks than cores
+// (docs/allreduce.md).
 // Also the device and backend choice of apps/train for a machine with GPUs (pure functions).
 #include <doctest/doctest.h>
 

@@ -36,7 +36,7 @@ constexpr const char* kScript = "make_model_parity.py";
 constexpr double kTol = 1e-4;
 // On a GPU: PyTorch's own f32 steps there (cuDNN's fastest algorithms, TF32 off) lie about
 // as far from the f64 reference as kTol, ringflow's up to a few times that, as the
-// algorithms cuDNN's timing picks vary (README, "What only a GPU checks";
+// algorithms cuDNN's timing picks vary (docs/cuda.md, "Measured on an H100";
 // make_model_parity.py --deviation-on cuda measures PyTorch's).
 constexpr double kCudaTol = 5e-4;
 

@@ -142,8 +142,8 @@ TEST_CASE("a training step on the reference kernels in f64 matches PyTorch") {
 // of ~1e-3 in bf16.
 // The bf16 Winograd convolutions (kernels/cpu/winograd.cpp, the wide fixture's under
 // --conv-algo auto on a CPU with AVX512-BF16 and no AMX) round their transformed operands
-// too, which makes their error about 2.6 times a direct bf16 convolution's (README, "Mixed
-// precision"): they round elsewhere than PyTorch, so the step is held to the f64 truth only,
+// too, which makes their error a few times a direct bf16 convolution's (docs/kernels.md):
+// they round elsewhere than PyTorch, so the step is held to the f64 truth only,
 // within 3 times PyTorch's own distance from it, plus one epsilon.
 void check_bf16_step(const std::string& fixture, ConvAlgorithm algorithm) {
   const bool winograd = algorithm == ConvAlgorithm::automatic && fixture == kWideFixture &&

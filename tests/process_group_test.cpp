@@ -6,7 +6,8 @@
 // own result on random data; the async contract (Works complete in issue order, wait with
 // a timeout); checking mode reporting a count mismatch; argument errors.
 // Collectives are issued back to back and waited for together: with more ranks than
-// cores each one costs ~10-50 ms, so the 5-rank run stays at a few dozen waits' worth.
+// cores each one is slow (docs/allreduce.md), so the 5-rank run stays at a few dozen
+// waits' worth.
 #include <doctest/doctest.h>
 
 #include <chrono>

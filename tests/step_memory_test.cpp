@@ -51,8 +51,8 @@ TEST_CASE("the fit from batches 2 and 4 predicts a larger step's peak, the cache
          " (fixed ", m.fixed_bytes, ", per image ", m.per_image_bytes, ")");
     CHECK(m.per_image_bytes > 0);
     CHECK(m.parameter_bytes > 0);
-    // The fit of what is allocated is close (VGG-11 allocates 20% less at 256 than its fit
-    // from batches 2 and 4) ...
+    // The fit of what is allocated is close (within the 30% below; VGG-11's margin:
+    // docs/failures.md) ...
     CHECK(std::abs(allocated - static_cast<double>(got.peak_allocated)) <= 0.3 * static_cast<double>(got.peak_allocated));
     // ... and the estimate covers what the cache holds besides, without doubling it.
     CHECK(m.at(c.batch) >= static_cast<double>(got.peak_resident));

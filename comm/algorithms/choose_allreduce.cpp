@@ -2,11 +2,8 @@
 // doubling needs log2(n) exchanges (+2 when n is not a power of two) against the ring's
 // 2(n-1). Large messages are bandwidth-bound: the ring moves 2(n-1)/n of the buffer per
 // rank against recursive doubling's log2(n) whole buffers. The crossover (8 KiB) was a
-// first rule from the 2-rank figures of issue 4 (over MPI); over ShmTransport it holds:
-// at 2 ranks (bench/collectives, 3 runs) the ring takes 1.2-1.8x recursive doubling's time
-// at 1-4 KB (0.5-0.8 against 0.3-0.7 us), 0.8-1.4x at 8 KB, 0.8-0.9x at 16-32 KB, 0.9-1.1x
-// at 64 KB and 0.65-0.75x from 128 KB. Revisit with bench/collectives where more cores are
-// at hand.
+// first rule from 2-rank figures over MPI, and over ShmTransport it holds at 2 ranks
+// (docs/allreduce.md). Revisit with bench/collectives where more cores are at hand.
 #include "ringflow/comm/algorithms/allreduce.h"
 
 namespace ringflow::comm {

@@ -18,8 +18,8 @@
 // the receive buffer (if any) stays the size of a segment. What the last allgather step
 // lands is not read again in the call; in a buffer larger than the cache keeps
 // (detail::streaming_from_bytes) it goes through Transport::sendrecv_streaming, which
-// writes around the cache on a ShmTransport (measured at 2 ranks: +10-15% busbw at 32-128
-// MB; at 4 MB, where the buffer stays in cache for the next call, -15%).
+// writes around the cache on a ShmTransport (faster for large buffers, slower for one that
+// would stay in cache for the next call: docs/allreduce.md).
 // Each chunk is reduced once, along the ring, then copied: every rank ends with the same
 // bits. ReduceOp::avg divides each segment of the owned chunk once, before its allgather.
 #include <algorithm>

@@ -57,15 +57,12 @@ class Backoff {
   }
 
  private:
-  // Note [backoff]: measured with bench/cluster, 2 hosts at 1 Gbit/s on 2 shared cores,
-  // VGG-11 b64, one training thread per rank, ddp with 5 MB buckets. A comm thread that
-  // spun and yielded between polls took the cores from backward or, losing them, moved
-  // 37 MB in 550-570 ms: 725-742 ms per iteration. Sleeping 200 us between polls while
-  // nobody waits: backward compute +15%, but the link kept busy (460-480 ms) and 642-669 ms
-  // per iteration; 100 / 200 / 300 us in two interleaved rounds: 647-680 / 647-690 /
-  // 662-686 ms. A 1 Gbit/s link moves 25 KB in 200 us,
-  // well within a socket buffer. Allreduce after backward (the training thread waiting)
-  // polls as hard as before: 809-826 ms per iteration either way.
+  // Note [backoff]: a comm thread that spins and yields between polls while ddp overlaps
+  // backward takes the cores from backward or, losing them, leaves the link idle; sleeping
+  // between polls while nobody waits keeps the link busy at a small cost to backward, and
+  // 200 us did as well as 100 or 300 (a 1 Gbit/s link moves 25 KB in 200 us, well within a
+  // socket buffer). A thread waiting for the collective makes it poll as hard as before.
+  // Measured on bench/cluster: docs/emulated-cluster.md, "The communication thread's polling".
   static constexpr auto kSleep = std::chrono::microseconds(200);
 
   int spins_;

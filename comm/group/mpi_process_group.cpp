@@ -32,9 +32,9 @@
 // detects it) is thrown as a CommError naming the call and this rank, not an abort.
 //
 // Note [a rank that dies]: measured with MPICH 4.0.2 (Hydra, ch4:ucx), see
-// tests/comm_failure_test.cpp and tests/dead_rank_test.py. Hydra kills a node's ranks
-// when one dies or exits without MPI_Finalize; train's ranks outlive that under a
-// supervisor (comm/bootstrap/rank_supervisor.h). MPI reports no error for the dead peer (on
+// tests/comm_failure_test.cpp, tests/dead_rank_test.py and docs/failures.md. Hydra kills
+// a node's ranks when one dies or exits without MPI_Finalize; train's ranks outlive that
+// under a supervisor (comm/bootstrap/rank_supervisor.h). MPI reports no error for the dead peer (on
 // one node, nor across nodes over TCP), so the group asks its PeerWatch every
 // kLivenessPeriod while it polls: a rank of this node whose process is gone, or of another
 // node whose liveness link closed, fails the collective naming it (Note [liveness links]

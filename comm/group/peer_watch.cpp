@@ -1,11 +1,10 @@
 // Note [liveness links]: MPI (MPICH 4.0 over UCX's TCP) reports nothing when a rank of
-// another node dies: the survivors wait in MPI_Testsome until the collective's timeout
-// (measured under bench/cluster, 3 hosts, one rank killed: 30 s of a 30 s timeout, then a
-// hang in MPI_Finalize). The kernel closes a killed process's sockets, so a connection
-// that nothing else travels on turns readable exactly when the peer's process is gone;
-// a rank that destroys its group first sends one goodbye byte, so that leaving is never
-// taken for dying. Keepalive probes (idle 2 s, every 1 s, 3 lost) end a connection whose
-// host vanished without closing anything.
+// another node dies: the survivors wait in MPI_Testsome until the collective's timeout,
+// then hang in MPI_Finalize (docs/failures.md). The kernel closes a killed process's
+// sockets, so a connection that nothing else travels on turns readable exactly when the
+// peer's process is gone; a rank that destroys its group first sends one goodbye byte, so
+// that leaving is never taken for dying. Keepalive probes (idle 2 s, every 1 s, 3 lost)
+// end a connection whose host vanished without closing anything.
 #include "ringflow/comm/group/peer_watch.h"
 
 #include <netinet/in.h>

@@ -2,10 +2,9 @@
 // MPICH 4.0.2 (ch4:ucx, UCX 1.13) moves a large message between two ranks of one node by
 // rendezvous over CMA: the receiver copies the sender's pages with process_vm_readv,
 // which pins and copies page by page in the kernel, at about half the speed of a
-// user-space memcpy (measured here: 6.5 against 12 GB/s on 32 MB, 9 against 24-34 GB/s
-// on 256 KB-1 MB); a bare 32 MB MPI_Sendrecv between 2 ranks ran at 3.2 GB/s when memcpy
-// ran at 7-8. UCX's alternatives are slower still (UCX_TLS=sysv,self: copy-in/copy-out
-// through 8 KB active messages, 1 GB/s; posix: 0.07 GB/s), and there is no knem or xpmem.
+// user-space memcpy; UCX's alternatives are slower still (UCX_TLS=sysv,self: copy-in/
+// copy-out through 8 KB active messages; posix), and there is no knem or xpmem (figures
+// in docs/allreduce.md).
 // A ring step at 2 ranks is "receive 32 MB, reduce it in", so over MPI it is two copies
 // in the kernel plus a reduction, which cannot come near the memcpy bound.
 //
@@ -28,18 +27,16 @@
 // from memory, not from the writer's cache. A line another core has just written reaches
 // the reader by a cache-to-cache transfer, as fast as memory where the two cores share a
 // cache and several times slower where they do not; on a VM the host places the virtual
-// CPUs (bench/collectives at 2 ranks here: the ring went from about 8 GB/s to 2 GB/s,
-// MPI_Allreduce's speed, in the runs where a cache-line round trip between the cores took
-// 300 ns instead of 60: README, "Collectives").
+// CPUs, and the ring fell to MPI_Allreduce's speed in the runs where the two cores shared
+// no cache (docs/allreduce.md, "Why the sender writes around its cache").
 //
 // Waiting: a rank that can neither send nor receive spins for 20 us (a piece from a peer
 // that is running arrives within that), then pauses between looks as MpiTransport does
 // (comm/base/backoff.h: yields while a thread waits for the collective, else sleeps).
 // Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
-// publishes (after a 50 us spin). In interleaved runs here (2 ranks, bound to cores or
-// not, other jobs on the 2 cores, 5 runs each) neither policy came out ahead: both had
-// runs at 9-15 GB/s at 1 MB and runs at about 3 GB/s at every size, the latter from the
-// other jobs (MPI_Allreduce halved in the same runs). The simpler one stays.
+// publishes (after a 50 us spin): in interleaved runs neither policy came out ahead, the
+// slow runs of both coming from other jobs on the cores (docs/allreduce.md). The simpler
+// one stays.
 #include "ringflow/comm/transport/shm_transport.h"
 
 #include <fcntl.h>

@@ -4,15 +4,12 @@
 // polls every 200 us while the training thread computes (comm/base/backoff.h), and every poll
 // that finds nothing is a context switch away from the computation. Worse, a large message
 // moves only when the receiver polls (UCX's rendezvous handshake and its socket reads), so
-// between polls the link idles: on bench/cluster's 2 hosts at 1 Gbit/s, ddp's ring moved
-// VGG-11's gradients at 80-93 MB/s while backward ran beside it, 119 MB/s (the link) only
-// once the training thread waited and the communication thread spun; at 4 hosts on 2
-// cores, where the ranks' polling leaves the kernel's TCP work too little CPU, our ring
-// over MPI and MPI_Allreduce itself reached half the link rate. Here a waiting rank sleeps
-// in poll() and the kernel wakes it when bytes or buffer space arrive; what the kernel can
-// move without us (socket buffers of megabytes) it moves while we compute. Measured: the
-// same ddp allreduces at the link rate, the 4-host ring at 0.119 GB/s (README, "Emulated
-// cluster").
+// between polls the link idles: under bench/cluster, ddp's ring over MPI stayed below the
+// link rate while backward ran beside it, and where the ranks' polling left the kernel's
+// TCP work too little CPU, our ring over MPI and MPI_Allreduce itself reached half of it.
+// Here a waiting rank sleeps in poll() and the kernel wakes it when bytes or buffer space
+// arrive; what the kernel can move without us (socket buffers of megabytes) it moves while
+// we compute, and the same allreduces run at the link rate (docs/emulated-cluster.md).
 //
 // Wire format: each message is an 8-byte length (host order: both ends are the same
 // build) followed by its bytes, over a connection per pair of ranks (comm/transport/tcp_mesh.h).

@@ -1,8 +1,8 @@
 // 2-D convolution forward / backward-data / backward-weights over oneDNN.
 //
 // Every operand is described with format_tag::any, so oneDNN computes in its blocked
-// layout (nChw8c on AVX2), which runs 1.3-1.7x faster here than its direct NHWC kernels;
-// activations are reordered into it and back per call (Operand), which costs far less.
+// layout (nChw8c on AVX2), which runs faster than its direct NHWC kernels; activations
+// are reordered into it and back per call (Operand), which costs far less (docs/kernels.md).
 // Weights are reordered into the primitive's choice once per version (Note [weight cache]
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
 // sgemm instead (conv_gemm.cpp), and bf16 3x3 stride-1 layers on CPUs with AVX512-BF16 and

@@ -3,9 +3,9 @@
 //
 // Why: for layers whose output is a few pixels (VGG/ResNet at 4x4 or 2x2 on CIFAR),
 // oneDNN 2.6's backward-weights kernels parallelise badly: on AVX2 per-image GEMMs whose
-// inner dimension is P*Q (4 at 2x2), 20-35 GFLOP/s on one core where sgemm over the whole
-// batch (K = N*P*Q) runs at 60-75; on AMX about a quarter of what its bf16 matmul reaches
-// on the same product. im2col costs one pass over a patch matrix, small at these sizes.
+// inner dimension is P*Q (4 at 2x2), far below sgemm over the whole batch (K = N*P*Q);
+// on AMX well below its bf16 matmul on the same product (docs/kernels.md). im2col costs
+// one pass over a patch matrix, small at these sizes.
 #include <omp.h>
 
 #include <algorithm>

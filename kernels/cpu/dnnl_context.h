@@ -8,7 +8,8 @@
 //
 // Note [primitive cache]: a primitive is built once per key (op, every operand's dims,
 // strides and dtype, and the op's attributes) and kept for the process. Keys are byte
-// strings built with KeyBuilder; creating a primitive is 10 us - 10 ms, a lookup ~100 ns.
+// strings built with KeyBuilder; creating a primitive costs orders of magnitude more than
+// a lookup (docs/kernels.md).
 //
 // Note [weight cache]: conv weights are reordered into the layout the primitive prefers
 // at most once per (data pointer, user layout, target layout) and View::version, into a

@@ -1,7 +1,7 @@
 // 16-bit operands of the CPU's convolutions, matmul, batch norm and pooling run through the
 // f32 kernels where the CPU lacks their arithmetic: the backend sends oneDNN no f16 (it has
 // f16 kernels only with AVX512-FP16), and bf16 without AVX512-BF16 would go to the
-// reference loops, two orders of magnitude slower. Inputs are widened exactly; outputs are
+// reference loops, far slower (docs/kernels.md). Inputs are widened exactly; outputs are
 // rounded back once, so the result is what a 16-bit kernel with f32 accumulation gives (up
 // to the order of sums).
 #pragma once

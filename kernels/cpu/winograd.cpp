@@ -7,7 +7,7 @@
 // f32 and round once to bf16 (their coefficients are 0, +-1 and 1/2); the 16 products per
 // tile are GEMMs that accumulate in f32 (vdpbf16ps). Rounding the transformed operands adds
 // to the output's own rounding, so the error is a few times a direct bf16 convolution's
-// (README, "Mixed precision"); --conv-algo direct keeps oneDNN's. Tiles go in chunks that
+// (docs/kernels.md); --conv-algo direct keeps oneDNN's. Tiles go in chunks that
 // stay in the cache from one transform to the next.
 #include <immintrin.h>
 #include <omp.h>
