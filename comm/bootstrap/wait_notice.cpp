@@ -18,8 +18,8 @@ void WaitNotice::due(const std::function<std::string()>& what) {
   const auto now = Clock::now();
   if (now < next_) return;
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_);
-  const std::string line = cat("ringflow: ", who_, ": waiting for ", what(), " (", waited.count(),
-                               " s so far, timeout ", timeout_.count() / 1000.0, " s)\n");
+  const std::string line = cat("ringflow: ", who_, ": waiting ", waited.count(), " s (timeout ",
+                               timeout_.count() / 1000.0, " s) for ", what(), "\n");
   std::fputs(line.c_str(), stderr);
   std::fflush(stderr);
   while (next_ <= now) next_ += kEvery;

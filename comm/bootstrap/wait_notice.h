@@ -21,7 +21,7 @@ class WaitNotice {
   // The sooner of `deadline` and the next line's time: how long a wait may block before it
   // calls due().
   Clock::time_point until(Clock::time_point deadline) const;
-  // Once a line is due: "ringflow: <who>: waiting for <what()> (<s> s so far, timeout <t> s)".
+  // Once a line is due: "ringflow: <who>: waiting <s> s (timeout <t> s) for <what()>".
   void due(const std::function<std::string()>& what);
 
  private:
