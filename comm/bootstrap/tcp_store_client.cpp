@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -81,11 +82,21 @@ std::string probe_bytes() {
   return m.bytes();
 }
 
-}  // namespace
+enum class ProbeAnswer : uint8_t { answered, closed, silent };
 
-const char* tcp_store_dialect_name(TcpStoreDialect dialect) {
-  return dialect == TcpStoreDialect::torch1 ? "PyTorch <= 2.0" : "PyTorch >= 2.1";
+// How the server took the probe: a first byte of an answer, or the connection closed before
+// one (2.0 or earlier), or nothing until the deadline.
+ProbeAnswer probe_answer(int fd, Clock::time_point deadline) {
+  for (;;) {
+    if (!detail::wait_for(fd, POLLIN, deadline)) return ProbeAnswer::silent;
+    char first = 0;
+    const ssize_t n = recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return ProbeAnswer::answered;
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) return ProbeAnswer::closed;
+  }
 }
+
+}  // namespace
 
 TcpStoreClient::TcpStoreClient(TcpStoreOptions options) : options_(std::move(options)) {
   address_ = cat(options_.host, ":", options_.port);
@@ -96,20 +107,23 @@ TcpStoreClient::TcpStoreClient(TcpStoreOptions options) : options_(std::move(opt
   Fd probe = connect(deadline);
   const std::string bytes = probe_bytes();
   error = detail::send_all(probe.get(), bytes.data(), bytes.size(), deadline);
-  int64_t counts[4] = {};
-  if (error.empty()) error = detail::recv_all(probe.get(), counts, 1, deadline);
-  if (error == "the connection was closed") {  // closed before a single byte: 2.0 or earlier
-    dialect_ = TcpStoreDialect::torch1;
-    fd_ = connect(deadline);
-  } else if (error.empty()) {
-    error = detail::recv_all(probe.get(), reinterpret_cast<char*>(counts) + 1, sizeof counts - 1,
-                             deadline);
-    if (!error.empty()) fail("learning its protocol", error + " (is it a PyTorch TCPStore?)");
-    dialect_ = TcpStoreDialect::torch2;
-    fd_ = std::move(probe);
-  } else {
-    fail("learning its protocol", error + " (is it a PyTorch TCPStore?)");
+  if (error.empty()) {
+    switch (probe_answer(probe.get(), deadline)) {
+      case ProbeAnswer::closed:
+        dialect_ = TcpStoreDialect::torch1;
+        fd_ = connect(deadline);
+        break;
+      case ProbeAnswer::answered: {
+        int64_t counts[4] = {};
+        error = detail::recv_all(probe.get(), counts, sizeof counts, deadline);
+        dialect_ = TcpStoreDialect::torch2;
+        fd_ = std::move(probe);
+        break;
+      }
+      case ProbeAnswer::silent: error = "no answer"; break;
+    }
   }
+  if (!error.empty()) fail("learning its protocol", error + " (is it a PyTorch TCPStore?)");
   sockaddr_in local{};
   socklen_t len = sizeof local;
   getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&local), &len);
@@ -153,12 +167,11 @@ int TcpStoreClient::connection() {
   return fd_.get();
 }
 
-std::string TcpStoreClient::request(const std::string& message, const std::string& what) {
+void TcpStoreClient::send(const std::string& bytes, const std::string& what) {
   const int fd = connection();
   const std::string error =
-      detail::send_all(fd, message.data(), message.size(), Clock::now() + options_.timeout);
+      detail::send_all(fd, bytes.data(), bytes.size(), Clock::now() + options_.timeout);
   if (!error.empty()) fail(what, error);
-  return what;
 }
 
 void TcpStoreClient::read(void* data, size_t bytes, const std::string& what) {
@@ -172,13 +185,13 @@ void TcpStoreClient::set(const std::string& key, const std::string& value) {
            kMaxKey - 1, ")");
   RF_CHECK(value.size() <= kMaxValue, "TcpStoreClient::set('", key, "'): a value of ",
            value.size(), " bytes (at most ", kMaxValue, ", PyTorch's libuv store's limit)");
-  request(Message(commands(dialect_).set).key(key).text(value).bytes(), cat("set '", key, "'"));
+  send(Message(commands(dialect_).set).key(key).text(value).bytes(), cat("set '", key, "'"));
 }
 
 std::string TcpStoreClient::get(const std::string& key) {
   wait({key});
-  const std::string what = request(Message(commands(dialect_).get).key(key).bytes(),
-                                   cat("get '", key, "'"));
+  const std::string what = cat("get '", key, "'");
+  send(Message(commands(dialect_).get).key(key).bytes(), what);
   uint64_t length = 0;
   read(&length, sizeof length, what);
   if (length > kMaxAnswer) fail(what, cat("an answer of ", length, " bytes (out of step)"));
@@ -188,16 +201,16 @@ std::string TcpStoreClient::get(const std::string& key) {
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
-  const std::string what =
-      request(Message(commands(dialect_).add).key(key).value(delta).bytes(), cat("add to '", key, "'"));
+  const std::string what = cat("add to '", key, "'");
+  send(Message(commands(dialect_).add).key(key).value(delta).bytes(), what);
   int64_t sum = 0;
   read(&sum, sizeof sum, what);
   return sum;
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
-  const std::string what = request(Message(commands(dialect_).check).keys(keys).bytes(),
-                                   cat("check key(s) ", joined(keys)));
+  const std::string what = cat("check key(s) ", joined(keys));
+  send(Message(commands(dialect_).check).keys(keys).bytes(), what);
   uint8_t answer = 0;
   read(&answer, 1, what);
   return answer == kReady;
@@ -206,16 +219,19 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
 void TcpStoreClient::wait(const std::vector<std::string>& keys) { wait(keys, options_.timeout); }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  const std::string what = request(Message(commands(dialect_).wait).keys(keys).bytes(),
-                                   cat("wait for key(s) ", joined(keys)));
+  const std::string what = cat("wait for key(s) ", joined(keys));
+  send(Message(commands(dialect_).wait).keys(keys).bytes(), what);
   const auto deadline = Clock::now() + timeout;
   // The answer comes once every key is set; until then, a word about once a second.
-  while (!detail::wait_for(fd_.get(), POLLIN, std::min(deadline, Clock::now() + std::chrono::seconds(1)))) {
+  const auto slice = [&] { return std::min(deadline, Clock::now() + std::chrono::seconds(1)); };
+  while (!detail::wait_for(fd_.get(), POLLIN, slice())) {
     if (Clock::now() >= deadline) {
       fd_.reset();  // the server drops this connection's wait with it
       fail(what, cat("timed out after ", timeout.count(), " ms"));
     }
-    if (options_.on_waiting) options_.on_waiting(cat("key(s) ", joined(keys), " in the TCPStore at ", address_));
+    if (options_.on_waiting) {
+      options_.on_waiting(cat("key(s) ", joined(keys), " in the TCPStore at ", address_));
+    }
   }
   uint8_t answer = 0;
   read(&answer, 1, what);

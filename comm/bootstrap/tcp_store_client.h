@@ -7,11 +7,12 @@
 // one command byte, then its arguments: strings and values as a u64 length and the bytes,
 // integers as 8 bytes in the host's order. PyTorch up to 2.0 numbers the commands from SET = 0.
 // 2.1 put a VALIDATE command (a magic number) in front, which renumbers the rest, and its
-// servers (the classic one, and the libuv one that is the default since 2.4) ignore or drop
-// a connection whose first command is not VALIDATE. No byte sequence means the same to both,
-// so the client learns which one the server speaks from a probe connection first (see
-// probe_dialect in the .cpp), then speaks only that. It uses only commands whose arguments
-// and answers are the same in both: SET, GET, ADD, CHECK, WAIT.
+// servers (the classic one, and the libuv one that is the default since 2.4) drop or ignore
+// a connection whose first command is not VALIDATE. No request means the same to both, so
+// the client first sends bytes that each reads differently and learns the server's dialect
+// from its answer (probe_bytes in the .cpp), then speaks only that. It uses only commands
+// whose arguments and answers are the same in both: SET, GET, ADD, CHECK, WAIT (GET after
+// WAIT: the classic server drops a connection that asks for a key not set).
 //
 // Not thread-safe: one call at a time per client.
 #pragma once
@@ -32,7 +33,6 @@ enum class TcpStoreDialect : uint8_t {
   torch1,  // PyTorch 1.x and 2.0
   torch2,  // PyTorch 2.1 and later: VALIDATE first
 };
-const char* tcp_store_dialect_name(TcpStoreDialect dialect);  // "PyTorch <= 2.0", ...
 
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";  // a name or an IPv4 address
@@ -76,7 +76,7 @@ class TcpStoreClient {
   Fd connect(std::chrono::steady_clock::time_point deadline);
   void reconnect();
   int connection();
-  std::string request(const std::string& message, const std::string& what);
+  void send(const std::string& bytes, const std::string& what);  // one command
   void read(void* data, size_t bytes, const std::string& what);
   [[noreturn]] void fail(const std::string& what, const std::string& error) const;
 
