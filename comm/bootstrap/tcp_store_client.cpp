@@ -69,8 +69,8 @@ std::string joined(const std::vector<std::string>& keys) {
   return out;
 }
 
-// Note [TCPStore dialects]: the probe, the first bytes on a fresh connection. A server of
-// PyTorch 2.1 or later reads them as VALIDATE and four GETNUMKEYS, and answers four counts
+// Note [TCPStore dialects]: the probe, the first bytes on a fresh connection. A server that
+// wants VALIDATE first reads them as VALIDATE and four GETNUMKEYS, and answers four counts
 // (32 bytes) on a connection now validated. One of 2.0 or earlier reads them as a SET whose
 // key length (the 8 bytes after the command) is about 5 * 10^17: it cannot allocate that
 // (std::bad_alloc; 64-bit address spaces are far smaller), drops the connection without a

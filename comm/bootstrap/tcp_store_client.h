@@ -5,14 +5,15 @@
 //
 // Note [TCPStore dialects]: the wire protocol (torch/csrc/distributed/c10d/TCPStore*.cpp) is
 // one command byte, then its arguments: strings and values as a u64 length and the bytes,
-// integers as 8 bytes in the host's order. PyTorch up to 2.0 numbers the commands from SET = 0.
-// 2.1 put a VALIDATE command (a magic number) in front, which renumbers the rest, and its
-// servers (the classic one, and the libuv one that is the default since 2.4) drop or ignore
-// a connection whose first command is not VALIDATE. No request means the same to both, so
-// the client first sends bytes that each reads differently and learns the server's dialect
-// from its answer (probe_bytes in the .cpp), then speaks only that. It uses only commands
-// whose arguments and answers are the same in both: SET, GET, ADD, CHECK, WAIT (GET after
-// WAIT: the classic server drops a connection that asks for a key not set).
+// integers as 8 bytes in the host's order. PyTorch up to 2.0 numbers the commands from
+// SET = 0. During 2.1's development a VALIDATE command (a magic number) was put in front,
+// which renumbers the rest, and the servers since (the classic one, and the libuv one that is
+// the default since 2.4) drop or ignore a connection whose first command is not VALIDATE. No
+// request means the same to both, so the client first sends bytes that each reads
+// differently and learns the server's dialect from its answer (probe_bytes in the .cpp),
+// then speaks only that. It uses only commands whose arguments and answers are the same in
+// both: SET, GET, ADD, CHECK, WAIT (GET after WAIT: the classic server drops a connection
+// that asks for a key not set).
 //
 // Not thread-safe: one call at a time per client.
 #pragma once
@@ -31,7 +32,7 @@ namespace ringflow::comm {
 
 enum class TcpStoreDialect : uint8_t {
   torch1,  // PyTorch 1.x and 2.0
-  torch2,  // PyTorch 2.1 and later: VALIDATE first
+  torch2,  // later: VALIDATE first
 };
 
 struct TcpStoreOptions {
