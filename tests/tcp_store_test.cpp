@@ -55,8 +55,7 @@ struct NoServerWhy {
 DOCTEST_REGISTER_LISTENER("tcp_store_skip_reason", 1, ringflow::SkipReasonListener<NoServerWhy>);
 
 TcpStoreOptions options(int timeout_ms = 10000) {
-  return {.host = server().host, .port = server().port, .timeout = milliseconds(timeout_ms),
-          .on_waiting = {}};
+  return {.host = server().host, .port = server().port, .timeout = milliseconds(timeout_ms)};
 }
 
 // A port nobody listens on now (the kernel's pick, released at once).

@@ -118,7 +118,8 @@ with tempfile.TemporaryDirectory() as tmp:
     alone = {0: agent_env(0, store.port, "alone0", 0), 1: agent_env(1, store.port, "alone1", 0)}
     codes, outs = run_all([start([train, *ARGS, "--comm-timeout", "7"], alone[r]) for r in (0, 1)])
     said = {0: r"ringflow: rank 0 of 2: waiting \d+ s \(timeout 7 s\) for rank\(s\) 1 to "
-               rf"connect to 127\.0\.0\.1:\d+, published in the TCPStore at 127\.0\.0\.1:{store.port}$",
+               r"connect to 127\.0\.0\.1:\d+, published in the TCPStore at "
+               rf"127\.0\.0\.1:{store.port}$",
             1: r"ringflow: rank 1 of 2: waiting \d+ s \(timeout 7 s\) for rank 0 to publish its "
                r"address: key\(s\) ringflow/alone1/attempt_0/rank0_address in the TCPStore at "
                rf"127\.0\.0\.1:{store.port}$"}

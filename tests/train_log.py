@@ -28,7 +28,8 @@ def clean_env(**extra):
 def losses(path):
     """Every iteration's loss from a --metrics file."""
     with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if '"iteration"' in line and '"loss"' in line]
+        return [json.loads(line)["loss"] for line in f
+                if '"iteration"' in line and '"loss"' in line]
 
 
 def until_training(proc, marker="Iteration [3/"):

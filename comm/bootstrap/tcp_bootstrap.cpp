@@ -79,7 +79,7 @@ TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : options_(option
            options.rank, " outside a world of ", options.size);
   RF_CHECK(options.master_port > 0 && options.master_port < 65536, "TcpBootstrap: port ",
            options.master_port, " outside 1..65535");
-  where_ = cat(options.through_store ? "the rendezvous through the TCPStore at " : "the rendezvous at ",
+  where_ = cat("the rendezvous ", options.through_store ? "through the TCPStore " : "", "at ",
                options.master_addr, ":", options.master_port);
   if (options.size == 1) return;
   if (options.rank == 0) {
@@ -213,7 +213,8 @@ Fd TcpBootstrap::connect_through_store(Clock::time_point deadline, detail::WaitN
   try {
     TcpStoreClient store(store_options(options_, notice, "rank 0 to publish its address: "));
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       store.wait({key}, std::max(left, std::chrono::milliseconds(0)));
       const std::string published = store.get(key);
       in_addr addr{};

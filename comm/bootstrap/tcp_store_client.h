@@ -42,7 +42,7 @@ struct TcpStoreOptions {
   std::chrono::milliseconds timeout{300000};
   // Called about once a second while a call blocks, with what it waits for ("the TCPStore
   // at h:p to accept connections (Connection refused)", "key(s) k in the TCPStore at h:p").
-  std::function<void(const std::string& what)> on_waiting;
+  std::function<void(const std::string& what)> on_waiting = nullptr;
 };
 
 class TcpStoreClient {
