@@ -153,6 +153,34 @@ TEST_CASE("launch: torchrun's variables, with defaults for what a shell loop may
   CHECK_FALSE(env_launch(env({})).has_value());
 }
 
+TEST_CASE("launch: torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) is met through") {
+  std::map<std::string, std::string> vars{{"RANK", "1"}, {"WORLD_SIZE", "2"},
+                                          {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29543"},
+                                          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                          {"TORCHELASTIC_RUN_ID", "job7"},
+                                          {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  auto l = env_launch(env(vars));
+  REQUIRE(l.has_value());
+  CHECK(l->agent_store);
+  CHECK(l->store_prefix == "ringflow/job7/attempt_2");  // a restarted group's keys are its own
+  const TcpBootstrapOptions o = bootstrap_options(*l, std::chrono::milliseconds(1000));
+  CHECK(o.through_store);
+  CHECK(o.store_prefix == "ringflow/job7/attempt_2");
+  CHECK(o.master_addr == "node0");
+  CHECK(o.master_port == 29543);
+  // torchrun 1.13's --standalone and c10d forms say False: rank 0 listens at MASTER_PORT.
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  CHECK_FALSE(env_launch(env(vars))->agent_store);
+  CHECK_FALSE(bootstrap_options(*env_launch(env(vars)), std::chrono::milliseconds(1000)).through_store);
+  auto bare = env_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"},
+                              {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  CHECK(bare->store_prefix == "ringflow/none/attempt_0");
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  vars["TORCHELASTIC_RESTART_COUNT"] = "again";
+  CHECK_THROWS_WITH_AS(env_launch(env(vars)), doctest::Contains("TORCHELASTIC_RESTART_COUNT='again'"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("launch: Slurm's variables; several nodes need MASTER_ADDR") {
   auto l = env_launch(env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
                            {"SLURM_NNODES", "1"}, {"SLURM_JOB_ID", "123456"}}));

@@ -2,46 +2,24 @@
 """Ranks of apps/train started by environment variables alone (torchrun's convention:
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpiexec, no MPI) train --sync ddp exactly
 as the same ranks started by mpiexec: every iteration's loss equal to the last bit. A rank
-that never comes, or a RANK out of range, ends in a clear error and a non-zero exit; and a
-rank killed mid-training is named by both survivors, which exit non-zero long before the
+started alone says what it waits for within 10 s, then ends in a clear error and a non-zero
+exit at the timeout, as does a RANK out of range at once; and a rank killed mid-training is named by both survivors, which exit non-zero long before the
 collective's timeout; under mpiexec too, with and without its clean-up.
 
 usage: launch_test.py TRAIN MPIEXEC"""
 import itertools
-import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import tempfile
 
-from train_log import until_training
+from train_log import clean_env, free_port, losses, until_training
 
 train, mpiexec = sys.argv[1], sys.argv[2]
 ARGS = ["--sync", "ddp", "--epochs", "1", "--max-iters", "4", "--threads", "1",
         "--eval-every", "0", "--log-every", "1"]
 failures = []
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env(**extra):
-    """This environment without any launcher's variables, plus extra."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def losses(path):
-    with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if '"iteration"' in line and '"loss"' in line]
 
 
 def check(ok, what):
@@ -79,10 +57,25 @@ with tempfile.TemporaryDirectory() as tmp:
         if failures:
             print(outs[0][-2000:], mpi.stdout[-2000:], sep="\n")
 
-    # Rank 1 of 2 never starts: rank 0 names it at the rendezvous timeout, exits non-zero.
-    codes, outs = env_run(2, f"{tmp}/missing.json", ["--comm-timeout", "2"], ranks=[0], timeout=60)
-    check(codes == [1] and "waiting for rank(s) 1 to connect" in outs[0],
-          f"a missing rank is named: exit {codes}, {outs[0].strip()[-200:]!r}")
+    # A rank alone (RANK=0 WORLD_SIZE=2, and RANK=1 WORLD_SIZE=2 elsewhere): each says what
+    # it waits for after 5 s (rank 0 which ranks, where), then names it at the timeout.
+    alone = [subprocess.Popen([train, *ARGS, "--comm-timeout", "7"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=clean_env(RANK=r, WORLD_SIZE=2, MASTER_PORT=free_port()))
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=60)[0] for p in alone]
+    said = {0: r"ringflow: rank 0 of 2: waiting \d+ s \(timeout 7 s\) for rank\(s\) 1 to "
+               r"connect to port \d+ of this host$",
+            1: r"ringflow: rank 1 of 2: waiting \d+ s \(timeout 7 s\) for rank 0 to listen at "
+               r"127\.0\.0\.1:\d+ \(Connection refused\)$"}
+    ends = {0: "timed out after 7000 ms waiting for rank(s) 1 to connect",
+            1: "could not reach rank 0 within 7000 ms: Connection refused"}
+    for r, p in enumerate(alone):
+        lines = outs[r].splitlines()
+        check(p.returncode == 1 and any(re.match(said[r], l) for l in lines)
+              and ends[r] in lines[-1],
+              f"rank {r} alone says what it waits for, then names it: exit {p.returncode}, "
+              f"{outs[r].strip()[-400:]!r}")
     # A RANK outside WORLD_SIZE is named before anything starts.
     bad = subprocess.run([train, *ARGS], env=clean_env(RANK=2, WORLD_SIZE=2), text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)

@@ -1,4 +1,35 @@
-"""What the tests that start apps/train read from its output while it runs."""
+"""What the tests that start apps/train give it (a free port, an environment clean of any
+launcher's variables) and read from it (its output while it runs, the losses it logged)."""
+import json
+import os
+import socket
+
+# Every launcher's variables: mpiexec's (Hydra, Open MPI), Slurm's, torchrun's.
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_", "TORCHELASTIC_")
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "GROUP_RANK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra):
+    """This environment without any launcher's variables, one OpenMP thread, plus extra."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_VARS}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def losses(path):
+    """Every iteration's loss from a --metrics file."""
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f
+                if '"iteration"' in line and '"loss"' in line]
 
 
 def until_training(proc, marker="Iteration [3/"):

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "ringflow/framework/error.h"
 
@@ -128,6 +129,16 @@ Fd connect_to(in_addr addr, uint16_t port, Deadline deadline, int* err) {
   }
   if (*err != 0) fd.reset();
   return fd;
+}
+
+Fd connect_retrying(in_addr addr, uint16_t port, Deadline deadline,
+                    const std::function<void(int err)>& refused, int* err) {
+  for (;;) {
+    Fd fd = connect_to(addr, port, deadline, err);
+    if (fd || std::chrono::steady_clock::now() >= deadline) return fd;
+    if (refused) refused(*err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::string send_all(int fd, const void* data, size_t bytes, Deadline deadline) {

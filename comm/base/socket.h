@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ringflow/comm/base/fd.h"
@@ -39,6 +40,11 @@ bool wait_for(int fd, short events, Deadline deadline);
 Fd listen_on(in_addr addr, uint16_t port, int backlog, sockaddr_in* bound, std::string* error);
 // A non-blocking socket connected to addr:port, or invalid with *err (errno) set.
 Fd connect_to(in_addr addr, uint16_t port, Deadline deadline, int* err);
+// connect_to, tried again every 20 ms until the deadline: for a listener that may not be up
+// yet (rank 0, a store; launchers start processes in no particular order). Calls
+// refused(err) after each failed try.
+Fd connect_retrying(in_addr addr, uint16_t port, Deadline deadline,
+                    const std::function<void(int err)>& refused, int* err);
 
 // All of `bytes` sent or received; "" on success, else what went wrong ("timed out",
 // "the connection was closed", strerror).

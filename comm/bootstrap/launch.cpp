@@ -35,6 +35,16 @@ std::optional<EnvLaunch> torchrun_launch(const Getenv& getenv) {
   if (const char* addr = getenv("MASTER_ADDR"); addr && *addr) l.master_addr = addr;
   l.master_port = int_var(getenv, "MASTER_PORT", 1, 65535).value_or(l.master_port);
   l.source = "torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)";
+  // torchrun writes Python's str(True); PyTorch's own ranks test for exactly that.
+  const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent_store && std::string(agent_store) == "True") {
+    const char* run = getenv("TORCHELASTIC_RUN_ID");
+    const int restart = int_var(getenv, "TORCHELASTIC_RESTART_COUNT", 0, INT_MAX).value_or(0);
+    l.agent_store = true;
+    l.store_prefix = cat("ringflow/", run && *run ? run : "none", "/attempt_", restart);
+    l.source = "torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and its agent's "
+               "TCPStore (TORCHELASTIC_USE_AGENT_STORE)";
+  }
   return l;
 }
 
@@ -106,7 +116,8 @@ Launcher resolve_launcher(Launcher asked) { return resolve_launcher(asked, proce
 
 TcpBootstrapOptions bootstrap_options(const EnvLaunch& launch, std::chrono::milliseconds timeout) {
   return {.master_addr = launch.master_addr, .master_port = launch.master_port,
-          .rank = launch.rank, .size = launch.size, .timeout = timeout};
+          .rank = launch.rank, .size = launch.size, .timeout = timeout,
+          .through_store = launch.agent_store, .store_prefix = launch.store_prefix};
 }
 
 }  // namespace ringflow::comm

@@ -1,6 +1,7 @@
 // Launch: how a process learns its place among the ranks from whatever started it:
 // mpiexec (or srun with PMI) for MPI; torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which a shell loop can set as well; or
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and TORCHELASTIC_USE_AGENT_STORE where its
+// agent holds MASTER_PORT as a PyTorch TCPStore), which a shell loop can set as well; or
 // Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The last two meet through the
 // TCP rendezvous (TcpBootstrap), without MPI.
 #pragma once
@@ -28,6 +29,12 @@ struct EnvLaunch {
   int local_size = -1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent keeps a TCPStore at MASTER_ADDR:
+  // MASTER_PORT (its static --master_addr/--master_port form; --standalone and c10d since
+  // PyTorch 2.4), and the ranks meet through it, under a prefix of the run
+  // (TORCHELASTIC_RUN_ID) and restart (TORCHELASTIC_RESTART_COUNT).
+  bool agent_store = false;
+  std::string store_prefix;  // "ringflow/<run id>/attempt_<restart count>"
   std::string source;  // which variables: "torchrun (RANK, WORLD_SIZE, ...)" or "Slurm (...)"
 };
 
