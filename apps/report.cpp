@@ -13,6 +13,37 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+double unix_seconds(WallClock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+std::string duration_text(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds) + 0.5);
+  if (s < 60) return fmt::format("{} s", s);
+  if (s < 3600) return fmt::format("{} min {} s", s / 60, s % 60);
+  return fmt::format("{} h {} min", s / 3600, s % 3600 / 60);
+}
+
+nlohmann::json metrics_header(const std::vector<std::string>& arguments, const BuildInfo& build,
+                              const std::vector<std::string>& hosts, int world_size) {
+  nlohmann::json libraries = nlohmann::json::object();
+  for (const LibraryVersion& l : build.libraries) libraries[l.name] = l.version;
+  const CpuIsa& c = build.cpu;
+  return {{"type", "header"},
+          {"arguments", arguments},
+          {"version", build.version},
+          {"commit", build.commit},
+          {"build", {{"build_type", build.build_type}, {"compiler", build.compiler},
+                     {"cuda", build.cuda}, {"cuda_architectures", build.cuda_architectures},
+                     {"cudnn", build.cudnn}, {"mpi", build.mpi}}},
+          {"cpu", {{"model", c.model}, {"avx2", c.avx2}, {"avx512", c.avx512},
+                   {"avx512_bf16", c.avx512_bf16}, {"amx", c.amx}, {"onednn_isa", c.onednn_isa},
+                   {"bf16_winograd", c.bf16_winograd}}},
+          {"libraries", libraries},
+          {"hosts", hosts},
+          {"world_size", world_size}};
+}
+
 double min_over_ranks(double value, comm::ProcessGroup* pg, comm::Timeout timeout) {
   if (!pg || pg->size() == 1) return value;
   Tensor t = from_vector({value}, {1}, DType::f64);
@@ -37,7 +68,7 @@ AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Time
   v.reserve(Figures::kValues + EpochTraffic::kValues + 4 +
             records.size() * IterationRecord::kValues);
   const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
-                                     : Figures{};
+                                     : s.first;
   mine.append_to(v);
   s.traffic.append_to(v);
   v.insert(v.end(), {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
@@ -64,6 +95,7 @@ AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Time
     max = max_t.to_vector<double>();
   }
   AcrossRanks r;
+  r.first_only = s.timed_steps == 0;
   const double* ps = sum.data();
   const double* pm = max.data();
   r.mean = Figures::read(ps).divided(world);

@@ -15,10 +15,12 @@
 
 #include "ringflow/comm/ddp/bucket_tuner.h"
 #include "ringflow/comm/group/process_group.h"
+#include "ringflow/kernels/build_info.h"
 
 namespace ringflow::apps {
 
 using Clock = std::chrono::steady_clock;
+using WallClock = std::chrono::system_clock;  // the metrics' wall_time
 
 // forward and backward are compute only; comm is the time the training thread waited for
 // communication (ddp's buffer broadcast and end-of-backward wait, or the reduction after
@@ -30,6 +32,10 @@ inline constexpr const char* kPhaseLabels[kPhases] = {"data wait", "forward", "b
 
 double ms_between(Clock::time_point a, Clock::time_point b);
 inline double ms_since(Clock::time_point t) { return ms_between(t, Clock::now()); }
+// Seconds since 1970-01-01 00:00 UTC, with fractions.
+double unix_seconds(WallClock::time_point t);
+// For people: "45 s", "12 min 3 s", "2 h 5 min".
+std::string duration_text(double seconds);
 
 // One rank's timings and bytes for one iteration, or per iteration averaged over an epoch.
 struct Figures {
@@ -85,7 +91,8 @@ struct IterationRecord {
   Figures figures;
   double loss = 0;  // this rank's, averaged over the iterations since the last record
   double correct = 0, seen = 0;  // this iteration's
-  static constexpr size_t kValues = Figures::kValues + 3;
+  static constexpr size_t kValues = Figures::kValues + 3;  // the above, not logged_at
+  WallClock::time_point logged_at;  // when this rank logged it
 };
 
 // What one rank moved in a whole epoch (every step, the first too, and fedavg's rounds):
@@ -116,6 +123,7 @@ struct EpochTraffic {
 struct EpochStats {
   Figures sum;  // over the iterations after the first
   int64_t timed_steps = 0;
+  Figures first;  // the first iteration's: the epoch's figures when it ran no other
   double loss_sum = 0;  // over micro-batches
   int64_t correct = 0, seen = 0, batches = 0;
   int64_t skipped = 0;  // fp16: this rank's optimizer steps skipped for inf/NaN gradients
@@ -127,6 +135,7 @@ struct EpochStats {
 // loss, accuracy and counts summed over the ranks.
 struct AcrossRanks {
   Figures mean, max;  // per iteration
+  bool first_only = false;  // the figures are the first iteration's (the epoch ran no other)
   EpochTraffic traffic_mean, traffic_max;  // per rank, the whole epoch
   double loss_sum = 0;
   int64_t correct = 0, seen = 0, batches = 0;
@@ -166,7 +175,13 @@ nlohmann::json bucket_tuning_json(const comm::BucketTuning& t);
 // beside their closed form. One process: its own figures.
 void print_epoch_table(const AcrossRanks& a, int world, bool distributed);
 
-// --metrics: JSON lines appended to the file (none when the path is empty).
+// The record that opens a run's metrics: {"type": "header", "arguments": [...], "version",
+// "commit", "build": {...}, "hosts": [...] (in rank order, each once), "world_size"}.
+nlohmann::json metrics_header(const std::vector<std::string>& arguments, const BuildInfo& build,
+                              const std::vector<std::string>& hosts, int world_size);
+
+// --metrics: JSON lines appended to the file (none when the path is empty), each with the
+// wall-clock time of what it records as "wall_time" (unix_seconds).
 class Metrics {
  public:
   explicit Metrics(const std::string& path) {
@@ -174,8 +189,10 @@ class Metrics {
     out_.open(path, std::ios::app);
     if (!out_) throw std::runtime_error("--metrics: cannot open '" + path + "' for writing");
   }
-  void write(const nlohmann::json& j) {
-    if (out_.is_open()) out_ << j.dump() << "\n" << std::flush;
+  void write(nlohmann::json j, WallClock::time_point when = WallClock::now()) {
+    if (!out_.is_open()) return;
+    j["wall_time"] = unix_seconds(when);
+    out_ << j.dump() << "\n" << std::flush;
   }
 
  private:

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
@@ -35,16 +36,27 @@ DType precision_dtype(const std::string& name) {
 
 namespace {
 
-// The number of processes the launcher started, read from its environment (MPICH's Hydra
-// sets PMI_SIZE, Open MPI OMPI_COMM_WORLD_SIZE, torchrun WORLD_SIZE, srun SLURM_NTASKS),
-// without initialising MPI: --sync none must not, so that a plain single-process run stays one.
-int launched_ranks() {
-  for (const char* var : {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+// This process's rank and the number of processes the launcher started, read from its
+// environment (MPICH's Hydra sets PMI_RANK and PMI_SIZE, Open MPI OMPI_COMM_WORLD_*, torchrun
+// RANK and WORLD_SIZE, srun SLURM_PROCID and SLURM_NTASKS), without initialising MPI:
+// --sync none must not, so that a plain single-process run stays one.
+struct Place {
+  int rank = 0, size = 1;
+};
+
+Place launched_place() {
+  for (const auto& [rank, size] : {std::pair{"PMI_RANK", "PMI_SIZE"},
+                                   std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}}) {
+    if (const char* n = std::getenv(size)) {
+      const char* r = std::getenv(rank);
+      return {r ? std::atoi(r) : 0, std::max(1, std::atoi(n))};
+    }
   }
   const std::optional<comm::EnvLaunch> env = comm::env_launch();
-  return env ? env->size : 1;
+  return env ? Place{env->rank, env->size} : Place{};
 }
+
+int launched_ranks() { return launched_place().size; }
 
 }  // namespace
 
@@ -83,6 +95,30 @@ Data open_data(const Flags& f, const Shape& model_input) {
                                               f.dataset, where));
   }
   return d;
+}
+
+std::string rank_prefix() {
+  try {
+    const Place p = launched_place();
+    return p.size > 1 ? fmt::format("[rank {}] ", p.rank) : "";
+  } catch (const std::exception&) {  // a malformed RANK: the error being reported says so
+    return "";
+  }
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params) {
+  switch (f.optimizer) {
+    case OptimizerKind::sgd:
+      return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{
+          .lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay});
+    case OptimizerKind::adam:
+      return std::make_unique<optim::Adam>(std::move(params), optim::AdamOptions{
+          .lr = f.lr, .weight_decay = f.weight_decay});
+    case OptimizerKind::adamw:
+      return std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{
+          .lr = f.lr, .weight_decay = f.weight_decay});
+  }
+  throw std::invalid_argument("--optimizer: no such optimizer");
 }
 
 std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
@@ -127,6 +163,7 @@ void check_output_paths(const Flags& f, int rank, int world) {
   if (rank == 0) {  // rank 0 alone writes checkpoints and metrics
     check_writable("--checkpoint", f.checkpoint);
     check_writable("--metrics", f.metrics);
+    check_writable("--export-weights", f.export_weights);
   }
   if (!f.trace.empty()) check_writable("--trace", trace_path_for_rank(f.trace, rank, world));
 }

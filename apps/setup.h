@@ -46,6 +46,13 @@ struct Data {
 // takes images of another shape.
 Data open_data(const Flags& f, const Shape& model_input);
 
+// The --optimizer over params, with --lr, --momentum (sgd) and --weight-decay.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params);
+
+// "[rank N] " where a launcher started several ranks (its variables say which this is),
+// else "": what begins each error line, known before any process group exists.
+std::string rank_prefix();
+
 // The --schedule (stepped per epoch), after --warmup-epochs of linear warm-up.
 std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f);
 

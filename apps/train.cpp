@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -33,7 +34,9 @@
 #include "ringflow/apps/step_memory.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
+#include "ringflow/comm/base/build_info.h"
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
+#include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -45,14 +48,15 @@ struct Evaluation {
   int64_t correct, total;
 };
 
-Evaluation evaluate(nn::Module& model, data::DataLoader& loader, data::BatchToDevice& to_device) {
+Evaluation evaluate(nn::Module& model, data::DataLoader& loader, data::BatchToDevice& to_device,
+                    double label_smoothing) {
   NoGradGuard no_grad;
   model.eval();
   Evaluation e{0, 0, 0};
   for (const data::Batch& host_batch : loader.epoch(0)) {
     const data::Batch b = to_device(host_batch);
     const Tensor logits = model(b.images);
-    e.loss += cross_entropy(logits, b.labels, Reduction::sum).item();
+    e.loss += cross_entropy(logits, b.labels, Reduction::sum, label_smoothing).item();
     e.correct += static_cast<int64_t>(sum(eq(argmax(logits, 1), b.labels)).item());
     e.total += b.labels.numel();
   }
@@ -144,10 +148,19 @@ struct StepRecord {
 // One run: made from the flags (collective under a launcher), then trained epoch by epoch.
 class Trainer {
  public:
-  explicit Trainer(const Flags& f);
+  // arguments: the command line, for the metrics header.
+  Trainer(const Flags& f, std::vector<std::string> arguments);
   void run();
 
  private:
+  void write_metrics_header();
+  void load_weights_flag();
+  void report_test_set(nlohmann::json& j) const;
+  void evaluate_only();
+  void export_weights();
+  void clip_gradients();
+  std::string progress(int64_t epoch, int64_t step) const;
+  void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps, double images_per_s) const;
   void set_threads_and_batch();
   void check_memory();
   void make_data_and_model();
@@ -167,27 +180,30 @@ class Trainer {
   comm::ProcessGroup* const pg_;  // null: one process
   const int world_, rank_;
   const bool lead_;  // prints, evaluates, writes checkpoints and metrics
+  const bool chatty_;  // lead_, and not --quiet: prints more than results
   int64_t local_batch_ = 0, global_batch_ = 0, steps_ = 0;
   nn::ModulePtr model_;
   Data data_;
   std::unique_ptr<data::BatchToDevice> to_device_;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
-  std::unique_ptr<optim::SGD> sgd_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
   const std::map<std::string, std::string> info_;
+  const std::vector<std::string> arguments_;
   TrainingPosition pos_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TraceWriter> trace_;
   bool tty_ = false;
+  Clock::time_point epoch_start_;  // of the epoch being trained, for the progress line
   bool tuning_reported_ = false;
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
 };
 
-Trainer::Trainer(const Flags& f)
+Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
     : f_(f),
       mode_(sync_mode_from_name(f.sync)),
       comm_timeout_(static_cast<int64_t>(f.comm_timeout_s * 1000)),
@@ -196,7 +212,9 @@ Trainer::Trainer(const Flags& f)
       world_(pg_ ? pg_->size() : 1),
       rank_(pg_ ? pg_->rank() : 0),
       lead_(rank_ == 0),
-      info_{{"model", f.model}, {"dataset", f.dataset}} {
+      chatty_(lead_ && !f.quiet),
+      info_{{"model", f.model}, {"dataset", f.dataset}},
+      arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
   make_data_and_model();
@@ -215,7 +233,8 @@ Trainer::Trainer(const Flags& f)
   set_steps();
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
-  tty_ = lead_ && ::isatty(STDOUT_FILENO);
+  write_metrics_header();
+  tty_ = chatty_ && ::isatty(STDOUT_FILENO);
   // The origin of every rank's timeline: just after the collective set-up, so that the
   // ranks' traces line up to within a collective's latency.
   trace_ = std::make_unique<TraceWriter>(
@@ -279,6 +298,7 @@ void Trainer::make_data_and_model() {
   manual_seed(f_.seed);
   const Shape input = models::model_input_shape(f_.model);
   model_ = models::make_model(f_.model);
+  load_weights_flag();
   model_->to(setup_.device.device);  // in place: the optimizer and the sync hold the same tensors
   data_ = open_data(f_, input);
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
@@ -315,10 +335,8 @@ void Trainer::make_data_and_model() {
                     : fmt::format("a local batch of {} x --grad-accum {} exceeds the {} training "
                                   "images of each rank's share", local_batch_, f_.grad_accum,
                                   train_loader_->epoch_size()));
-  sgd_ = std::make_unique<optim::SGD>(model_->parameters(),
-                                      optim::SGDOptions{.lr = f_.lr, .momentum = f_.momentum,
-                                                        .weight_decay = f_.weight_decay});
-  scheduler_ = std::make_unique<optim::LRScheduler>(*sgd_, make_schedule(f_));
+  optimizer_ = make_optimizer(f_, model_->parameters());
+  scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
   if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
 }
 
@@ -336,7 +354,7 @@ void Trainer::set_steps() {
 // Every rank reads the checkpoint (its optimizer state is its own).
 void Trainer::resume() {
   if (f_.resume.empty()) return;
-  const Checkpoint c = load_checkpoint(f_.resume, *model_, *sgd_, {.model_only = f_.resume_model_only});
+  const Checkpoint c = load_checkpoint(f_.resume, *model_, *optimizer_, {.model_only = f_.resume_model_only});
   for (const auto& [key, value] : info_)
     if (c.info.count(key) && c.info.at(key) != value)
       throw std::invalid_argument(fmt::format("--resume {}: the checkpoint is of {} '{}', not '{}'",
@@ -344,14 +362,14 @@ void Trainer::resume() {
   pos_ = c.position;
   scheduler_->set_epoch(pos_.epoch);
   if (scaler_) restore_scaler(*scaler_, c.info, f_.resume);
-  if (lead_) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f_.resume, pos_.epoch, pos_.iteration);
+  if (chatty_) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f_.resume, pos_.epoch, pos_.iteration);
 }
 
 void Trainer::print_header() const {
-  if (!lead_) return;
-  fmt::print("{} ({} parameters) on {}: {} training and {} test images; {} threads; device {}{}\n",
-             f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
-             data_.test->size(), num_threads(), setup_.device.note,
+  if (!chatty_) return;
+  fmt::print("{} ({} parameters) on {}: {} training and {} test images; optimizer {}; {} threads; "
+             "device {}{}\n", f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
+             data_.test->size(), optimizer_name(f_.optimizer), num_threads(), setup_.device.note,
              f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
                                                        f_.precision));
   const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
@@ -401,7 +419,7 @@ StepRecord Trainer::step() {
       std::optional<AutocastGuard> amp;
       if (f_.precision != "fp32") amp.emplace(precision_dtype(f_.precision));
       logits = sync_->forward(batch_.images, last);
-      loss = cross_entropy(logits, batch_.labels);
+      loss = cross_entropy(logits, batch_.labels, Reduction::mean, f_.label_smoothing);
     }
     t[2] = Clock::now();
     Tensor objective = f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss;
@@ -424,13 +442,14 @@ StepRecord Trainer::step() {
   ms[kBackward] -= r.comm.backward_wait_ms;
   ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
-  if (scaler_) {  // unscales; skips the step when a gradient overflowed fp16
-    r.skipped = !scaler_->step(*sgd_);
+  clip_gradients();
+  if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
+    r.skipped = !scaler_->step(*optimizer_);
     scaler_->update();
   } else {
-    sgd_->step();
+    optimizer_->step();
   }
-  sync_->zero_grad(*sgd_);
+  sync_->zero_grad(*optimizer_);
   ms[kOptimizer] = ms_since(r.optimizer_start);
   if (sync_->after_step(r.seen)) {  // fedavg's round
     const StepComm round = sync_->take();
@@ -448,7 +467,7 @@ StepRecord Trainer::step() {
 
 EpochStats Trainer::train_epoch(int64_t epoch) {
   EpochStats s;
-  const auto epoch_start = Clock::now();
+  epoch_start_ = Clock::now();
   train_loader_->start_epoch(epoch);
   window_loss_ = 0;
   window_ = 0;
@@ -471,12 +490,14 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if (i > 0) {  // the first iteration pays for first-touch allocations and caches
       s.sum += r.figures;
       ++s.timed_steps;
+    } else {
+      s.first = r.figures;
     }
     report_bucket_tuning();
     if ((i + 1) % f_.log_every == 0 || i + 1 == steps_) {
       log_iteration(s, epoch, i + 1, r);
     } else if (tty_) {
-      const double rate = s.seen * world_ / (ms_since(epoch_start) / 1e3);
+      const double rate = s.seen * world_ / (ms_since(epoch_start_) / 1e3);
       fmt::print("\r\033[K  [{}/{}] {:.0f} images/s, ETA {:.0f} s", i + 1, steps_, rate,
                  (steps_ - i - 1) * global_batch_ / rate);
       std::fflush(stdout);
@@ -497,8 +518,8 @@ void Trainer::report_bucket_tuning() {
   tuning_reported_ = true;
   if (!lead_) return;
   if (tty_) fmt::print("\r\033[K");
-  fmt::print("{}\n", describe_bucket_tuning(*t));
-  nlohmann::json j = bucket_tuning_json(*t);
+  if (chatty_) fmt::print("{}\n", describe_bucket_tuning(*t));
+  nlohmann::json j = bucket_tuning_json(*t);  // --quiet too
   j["global_iteration"] = pos_.iteration;  // the last iteration that tuned
   metrics_->write(j);
 }
@@ -509,18 +530,21 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
   const double loss = window_loss_ / window_;
   if (pg_) {
     s.logged.push_back({step, pos_.iteration, r.figures, loss, static_cast<double>(r.correct),
-                        static_cast<double>(r.seen)});
+                        static_cast<double>(r.seen), WallClock::now()});
   }
   window_loss_ = 0;
   window_ = 0;
   if (!lead_) return;
   if (tty_) fmt::print("\r\033[K");
-  fmt::print("Epoch [{}], Iteration [{}/{}], Loss: {:.4f}\n", epoch, step, steps_, loss);
+  if (chatty_) {
+    fmt::print("Epoch [{}], Iteration [{}/{}], Loss: {:.4f}{}\n", epoch, step, steps_, loss,
+               tty_ ? "" : progress(epoch, step));
+  }
   if (pg_) return;  // under a launcher: with every rank's figures, at the epoch's end
   nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", step},
                    {"global_iteration", pos_.iteration}, {"loss", loss},
                    {"accuracy", static_cast<double>(r.correct) / r.seen},
-                   {"lr", sgd_->lr()}, {"step_ms", r.figures.step_ms},
+                   {"lr", optimizer_->lr()}, {"step_ms", r.figures.step_ms},
                    {"images_per_s", global_batch_ / r.figures.step_ms * 1e3}};
   put_figures(j, r.figures, nullptr);
   metrics_->write(j);
@@ -537,18 +561,19 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   for (const AcrossRanks::Iteration& r : a.logged) {  // now with every rank's figures
     nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
                      {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
-                     {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", sgd_->lr()},
+                     {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", optimizer_->lr()},
                      {"step_ms", r.mean.step_ms},
                      {"images_per_s", r.mean.step_ms > 0 ? global_batch_ / r.mean.step_ms * 1e3 : 0.0},
                      {"max_step_ms", r.max.step_ms}, {"ranks", world_}};
     put_figures(j, r.mean, &r.max);
-    metrics_->write(j);
+    metrics_->write(j, r.mine->logged_at);
   }
   nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos_.iteration},
                    {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
                    {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
-                   {"ms_per_iteration", mean.step_ms}, {"lr", sgd_->lr()},
-                   {"images_per_s", images_per_s}};
+                   {"ms_per_iteration", mean.step_ms}, {"lr", optimizer_->lr()},
+                   {"images_per_s", images_per_s}, {"timed_iterations", s.timed_steps},
+                   {"timing_includes_first", a.first_only}};
   put_figures(j, mean, pg_ ? &a.max : nullptr);
   if (pg_) {
     put_epoch_traffic(j, a);
@@ -557,12 +582,13 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
     j["max_ms_per_iteration"] = a.max.step_ms;
   }
   if (lead_) {
-    fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
-               epoch, mean.step_ms, s.timed_steps, images_per_s);
-    print_epoch_table(a, world_, pg_ != nullptr);
-    if (scaler_) {
+    print_epoch_speed(epoch, a, s.timed_steps, images_per_s);
+    if (chatty_) print_epoch_table(a, world_, pg_ != nullptr);
+    if (scaler_ && chatty_) {
       fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
                  "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
+    }
+    if (scaler_) {
       j["loss_scale"] = scaler_->get_scale();
       j["skipped_steps"] = s.skipped;
     }
@@ -571,49 +597,180 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
                100.0 * a.correct / std::max<int64_t>(1, a.seen));
     if (f_.eval_every > 0 && (epoch % f_.eval_every == 0 || epoch == f_.epochs)) {
       const auto eval_start = Clock::now();
-      const Evaluation e = evaluate(*model_, *test_loader_, *to_device_);  // the model itself: local
+      report_test_set(j);  // the model itself: local
       trace_->span(Track::compute, "evaluate", "epoch", eval_start, Clock::now(), {{"epoch", epoch}});
-      fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
-                 e.correct, e.total, 100.0 * e.correct / e.total);
-      j["test_loss"] = e.loss / e.total;
-      j["test_accuracy"] = static_cast<double>(e.correct) / e.total;
     }
   }
   metrics_->write(j);
 }
 
+// The epoch's time per iteration: over those after the first, or the first's when it ran
+// no other (it includes first-touch allocations and the kernels' first-call set-up).
+void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps,
+                                double images_per_s) const {
+  if (!chatty_) return;
+  if (a.first_only) {
+    fmt::print("Epoch [{}]: {:.1f} ms for its one iteration, the first (with its one-time set-up; "
+               "later ones are timed without it) ({:.0f} images/s)\n", epoch, a.mean.step_ms,
+               images_per_s);
+  } else {
+    fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
+               epoch, a.mean.step_ms, steps, images_per_s);
+  }
+}
+
+// Where the output is no terminal (a log file, a batch job), the loss line says how fast it
+// goes and what is left: " (N images/s, epoch ETA .., run ETA ..)". The run's counts the
+// epochs still to come at this epoch's pace, without their evaluations.
+std::string Trainer::progress(int64_t epoch, int64_t step) const {
+  const double seconds = ms_since(epoch_start_) / 1e3;
+  if (step <= 0 || seconds <= 0) return "";
+  const double per_step = seconds / static_cast<double>(step);
+  const double epoch_left = per_step * static_cast<double>(steps_ - step);
+  const double run_left = epoch_left + per_step * static_cast<double>(steps_ * (f_.epochs - epoch));
+  return fmt::format(" ({:.0f} images/s, epoch ETA {}, run ETA {})",
+                     static_cast<double>(step * global_batch_) / seconds, duration_text(epoch_left),
+                     duration_text(run_left));
+}
+
+// The metrics file's first record of this run: the command line, the build, where it runs.
+void Trainer::write_metrics_header() {
+  if (!lead_ || f_.metrics.empty()) return;
+  std::vector<std::string> hosts;
+  for (const std::string& process : setup_.processes) {  // "pid@host", by rank
+    const std::string host = process.substr(process.find('@') + 1);
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+  }
+  if (hosts.empty()) hosts.push_back(comm::host_name());
+  metrics_->write(metrics_header(arguments_, comm::build_info(), hosts, world_));
+}
+
+// --weights: the model's starting point, read by every rank (before the sync broadcasts
+// rank 0's state, so that a file one rank cannot read is named by that rank).
+void Trainer::load_weights_flag() {
+  if (f_.weights.empty()) return;
+  try {
+    load_weights(f_.weights, *model_);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(fmt::format("--weights {}", e.what()));
+  }
+}
+
+// --clip-grad-norm: on the gradients the optimizer will apply (averaged over the ranks, and
+// under fp16 unscaled first, as torch.cuda.amp's recipe does).
+void Trainer::clip_gradients() {
+  if (f_.clip_grad_norm <= 0) return;
+  if (scaler_) scaler_->unscale_(*optimizer_);
+  optim::clip_grad_norm_(model_->parameters(), f_.clip_grad_norm);
+}
+
+// Rank 0's evaluation on the test set: its line, and its figures into the metrics record j.
+void Trainer::report_test_set(nlohmann::json& j) const {
+  const Evaluation e = evaluate(*model_, *test_loader_, *to_device_, f_.label_smoothing);
+  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
+             e.correct, e.total, 100.0 * e.correct / e.total);
+  j["test_loss"] = e.loss / e.total;
+  j["test_accuracy"] = static_cast<double>(e.correct) / e.total;
+  j["test_images"] = e.total;
+}
+
+// --evaluate: the test set alone, on rank 0 (the others have nothing to do).
+void Trainer::evaluate_only() {
+  if (!lead_) return;
+  nlohmann::json j{{"type", "evaluation"}, {"global_iteration", pos_.iteration}};
+  report_test_set(j);
+  metrics_->write(j);
+}
+
+// --export-weights: the model's state_dict as PyTorch names it (framework/weights.h), rank 0.
+void Trainer::export_weights() {
+  if (!lead_ || f_.export_weights.empty()) return;
+  save_weights(f_.export_weights, *model_,
+               {{"ringflow.model", f_.model}, {"ringflow.commit", ringflow::build_info().commit}});
+  if (chatty_) fmt::print("Wrote the model's weights to {}\n", f_.export_weights);
+}
+
 void Trainer::run() {
+  if (f_.evaluate) {
+    evaluate_only();
+    export_weights();
+    return;
+  }
   for (int64_t epoch = pos_.epoch + 1; epoch <= f_.epochs; ++epoch) {
     finish_epoch(epoch, train_epoch(epoch));
     scheduler_->step();
     pos_.epoch = epoch;
     if (lead_ && !f_.checkpoint.empty()) {
       const auto save_start = Clock::now();
-      save_checkpoint(f_.checkpoint, *model_, *sgd_, pos_, with_scaler(info_, scaler_.get()));
+      save_checkpoint(f_.checkpoint, *model_, *optimizer_, pos_, with_scaler(info_, scaler_.get()));
       trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
                    {{"epoch", epoch}});
     }
   }
+  export_weights();
   trace_->close();
 }
 
 }  // namespace
 }  // namespace ringflow::apps
 
+namespace ringflow::apps {
+namespace {
+
+// Each line of an error begun with the rank where a launcher started several ("[rank 3] "),
+// so that the interleaved output of many ranks says which one failed.
+void print_error(const std::string& text) {
+  std::fflush(stdout);  // what was logged comes before the reason it stopped
+  const std::string prefix = rank_prefix();
+  std::string lines;
+  for (size_t begin = 0; begin < text.size();) {
+    const size_t end = std::min(text.find('\n', begin), text.size());
+    lines += prefix + text.substr(begin, end - begin) + "\n";
+    begin = end + 1;
+  }
+  fmt::print(stderr, "{}", lines);
+}
+
+int fail(const std::exception& e) {
+  print_error(fmt::format("train: {}", e.what()));
+  return 1;
+}
+
+// CLI11's end of parsing: --help and --version print and exit 0; a bad flag or config file
+// is an error.
+int parse_end(const CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::ostringstream out, err;
+  const int code = app.exit(e, out, err);
+  std::string text = out.str() + err.str();
+  const std::string extra = "INI was not able to parse ";  // CLI11's word for a key no flag has
+  if (text.rfind(extra, 0) == 0) {
+    const size_t end = text.find('\n');
+    text = fmt::format("--config: '{}' is no flag (keys are the long flag names without dashes, "
+                       "e.g. batch-size){}", text.substr(extra.size(), end - extra.size()),
+                       text.substr(end));
+  }
+  print_error(text);
+  return code;
+}
+
+}  // namespace
+}  // namespace ringflow::apps
+
 int main(int argc, char** argv) {
+  using namespace ringflow::apps;
   CLI::App app{"Train a model with ringflow, alone or data-parallel (mpiexec, srun, torchrun)"};
-  ringflow::apps::Flags f;
-  ringflow::apps::add_flags(app, f);
-  CLI11_PARSE(app, argc, argv);
-  const auto fail = [](const std::exception& e) {
-    std::fflush(stdout);  // what was logged comes before the reason it stopped
-    fmt::print(stderr, "train: {}\n", e.what());
-    return 1;
-  };
+  Flags f;
+  add_flags(app, f);
   try {
-    ringflow::apps::check_flag_combinations(f);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return parse_end(app, e);
+  }
+  try {
+    check_flag_combinations(f);
     if (f.launcher != "env") ringflow::comm::supervise_rank();  // before any thread starts
-    ringflow::apps::Trainer trainer(f);
+    Trainer trainer(f, std::vector<std::string>(argv, argv + argc));
     try {
       trainer.run();
     } catch (const std::exception& e) {

@@ -3,11 +3,14 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "ringflow/comm/base/build_info.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -41,6 +44,30 @@ CLI::Validator at_most_threads(const char* what) {
       fmt::format("<= {}", limit));
 }
 
+// A flag of a fixed set of names, parsed once into its enum by CLI11's CheckedTransformer
+// (case-insensitive). Its names, not the enum's numbers, are what --help lists, what an
+// error lists and all that is accepted.
+template <class E>
+CLI::Validator enum_names(const std::vector<std::pair<std::string, E>>& names) {
+  std::string list;
+  for (const auto& [name, value] : names) list += (list.empty() ? "{" : ",") + name;
+  list += "}";
+  const CLI::CheckedTransformer to_enum(names, CLI::ignore_case);
+  return CLI::Validator(
+      [=](std::string& s) {
+        std::string lower = s;
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        const bool named = std::any_of(names.begin(), names.end(),
+                                       [&](const auto& n) { return n.first == lower; });
+        return named ? to_enum(s) : s + " not in " + list;
+      },
+      list);
+}
+
+const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {
+    {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
+
 // The flags in groups, added in the order `train --help` lists them.
 
 // What is trained, on what, and the optimizer.
@@ -53,14 +80,26 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--data-dir", f.data_dir, "folder of the data set's files (default: "
                  "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin)");
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(above0);
-  auto* local_batch = app.add_option("--batch-size,--local-batch", f.batch_size,
+  auto* local_batch = app.add_option("-b,--batch-size,--local-batch", f.batch_size,
                                      "images per step, per rank and micro-batch (weak scaling)")
       ->capture_default_str()->check(above0);
   app.add_option("--global-batch", f.global_batch, "images per step over all ranks and micro-batches; "
                  "each rank takes its share (strong scaling)")->check(above0)->excludes(local_batch);
-  app.add_option("--lr", f.lr, "SGD learning rate")->capture_default_str()->check(above0);
+  app.add_option("--optimizer", f.optimizer, "torch.optim's SGD (with --momentum), Adam or AdamW "
+                 "(decoupled weight decay)")->default_str("sgd")->transform(enum_names(kOptimizers));
+  app.add_option("--lr,--learning-rate", f.lr, "learning rate")->capture_default_str()->check(above0);
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--weight-decay", f.weight_decay, "SGD weight decay")->capture_default_str()->check(at_least0);
+  app.add_option("--weight-decay,--wd", f.weight_decay, "weight decay (L2 for sgd and adam, "
+                 "decoupled for adamw)")->capture_default_str()->check(at_least0);
+  app.add_option("--clip-grad-norm", f.clip_grad_norm, "scale the gradients down to this global "
+                 "L2 norm where it is larger (torch.nn.utils.clip_grad_norm_; 0: never)")
+      ->capture_default_str()->check(at_least0);
+  app.add_option("--label-smoothing", f.label_smoothing, "label smoothing of the cross-entropy "
+                 "loss, in training and evaluation (torch.nn.CrossEntropyLoss's)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--weights", f.weights, "start from this model state_dict (safetensors; PyTorch's "
+                 "names, e.g. a torchvision model's saved with safetensors.torch.save_file), "
+                 "strictly: every tensor present, none extra, each of the model's shape");
   app.add_option("--schedule", f.schedule, "learning-rate schedule over the epochs")->capture_default_str()
       ->check(CLI::IsMember({"none", "step", "multistep", "cosine"}));
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up epochs before the schedule")
@@ -80,7 +119,7 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "(the GPU when one is usable, else the CPU)")->capture_default_str();
   app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
-  app.add_option("--workers", f.workers, "data-loading threads (0: load in the training thread)")
+  app.add_option("-j,--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
   app.add_flag("--no-memory-check", f.no_memory_check, "train even where the step's measured memory "
                "estimate (CPU) exceeds what the host has available");
@@ -94,18 +133,26 @@ void add_execution_flags(CLI::App& app, Flags& f) {
 // How long it runs and what it writes: log lines, evaluation, checkpoints, metrics, trace.
 void add_output_flags(CLI::App& app, Flags& f) {
   const auto above0 = bound(0, false), at_least0 = bound(0, true);
-  app.add_option("--log-every", f.log_every, "iterations between loss lines")->capture_default_str()->check(above0);
+  app.add_option("-p,--log-every,--print-freq", f.log_every, "iterations between loss lines (where "
+                 "the output is no terminal, with the speed and the time left)")
+      ->capture_default_str()->check(above0);
+  app.add_flag("--quiet", f.quiet, "print each epoch's training and test results and errors only");
   app.add_option("--max-iters", f.max_iters, "stop each epoch after this many iterations (0: all)")
       ->capture_default_str()->check(at_least0);
+  app.add_flag("-e,--evaluate", f.evaluate, "evaluate the model of --weights or --resume on the "
+               "test set, print its loss and accuracy, and exit");
+  app.add_option("--export-weights", f.export_weights, "at the end, write the model's state_dict "
+                 "(safetensors, PyTorch's names: loadable by torch's load_state_dict; rank 0)");
   app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations (0: none, "
                  "e.g. for timing runs)")->capture_default_str()->check(at_least0);
   app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
   app.add_flag("--resume-model-only", f.resume_model_only, "--resume: the model's weights alone "
                "(the optimizer starts afresh; for a file without optimizer state)");
-  app.add_option("--metrics", f.metrics, "append JSON lines (iterations, epochs) to this file "
-                 "(rank 0); under mpiexec each iteration's line, with the mean and max over the "
-                 "ranks, is written at the end of its epoch");
+  app.add_option("--metrics", f.metrics, "append JSON lines to this file (rank 0): a header "
+                 "(arguments, version, commit, hosts, world size), then iterations and epochs, "
+                 "each with its wall_time (Unix seconds); under mpiexec each iteration's line, "
+                 "with the mean and max over the ranks, is written at the end of its epoch");
   app.add_option("--trace", f.trace, "write a Chrome trace-event JSON of every iteration (opens "
                  "in ui.perfetto.dev, chrome://tracing): compute spans on one track, each "
                  "collective on another; under mpiexec one file per rank, the rank inserted "
@@ -194,7 +241,24 @@ void add_federated_flags(CLI::App& app, Flags& f) {
 
 }  // namespace
 
+const char* optimizer_name(OptimizerKind kind) {
+  for (const auto& [name, value] : kOptimizers)
+    if (value == kind) return name.c_str();
+  throw std::invalid_argument("unknown optimizer " + std::to_string(static_cast<int>(kind)));
+}
+
 void add_flags(CLI::App& app, Flags& f) {
+  app.set_version_flag("--version",
+                       [] {
+                         std::string text = describe(comm::build_info());
+                         text.pop_back();  // CLI11 ends the line
+                         return text;
+                       },
+                       "print the version, commit, build options, the CPU's instruction sets "
+                       "and the libraries' versions, and exit");
+  app.set_config("--config", "", "read flags from this TOML or INI file (`batch-size = 64`, "
+                 "`quiet = true`: long names without dashes); the command line overrides it");
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is named, not ignored
   add_training_flags(app, f);
   add_execution_flags(app, f);
   add_output_flags(app, f);
@@ -214,6 +278,9 @@ void check_flag_combinations(const Flags& f) {
             flag, f.sync));
     }
   }
+  if (f.evaluate && f.weights.empty() && f.resume.empty())
+    throw std::invalid_argument("--evaluate evaluates the model of --weights FILE or --resume "
+                                "FILE: give one");
   if (f.local_steps > 0 && f.local_epochs > 0)
     throw std::invalid_argument("--local-steps and --local-epochs exclude each other: a round "
                                 "every H steps, or every E epochs");

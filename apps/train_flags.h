@@ -8,6 +8,10 @@
 
 namespace ringflow::apps {
 
+// --optimizer: torch.optim's SGD, Adam, AdamW (framework/optim/).
+enum class OptimizerKind { sgd, adam, adamw };
+const char* optimizer_name(OptimizerKind kind);  // "sgd", "adam", "adamw"
+
 struct Flags {
   std::string model = "small_cnn";
   std::string dataset = "fashion-mnist";
@@ -47,9 +51,18 @@ struct Flags {
   std::string fed_topology = "cloud";
   std::string comm_precision = "fp32";
   std::string partition = "iid";
+  // As PyTorch's ImageNet example and torchvision's reference scripts name them.
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  double clip_grad_norm = 0;   // 0: no clipping
+  double label_smoothing = 0;  // torch.nn.CrossEntropyLoss's
+  std::string weights;         // a plain state_dict to start from (framework/weights.h)
+  std::string export_weights;  // the trained model's state_dict, written at the end
+  bool evaluate = false;       // the test set alone, then exit
+  bool quiet = false;          // results and errors only
 };
 
-// Adds every flag of train to app, bound to f.
+// Adds every flag of train to app, bound to f, with --config FILE (CLI11's TOML or INI:
+// `batch-size = 64`, the command line overriding the file) and --version.
 void add_flags(CLI::App& app, Flags& f);
 
 // What one flag alone cannot tell: flags that apply to another --sync, or exclude each

@@ -15,3 +15,4 @@
 #include "ringflow/framework/nn/nn.h"
 #include "ringflow/framework/optim/optim.h"
 #include "ringflow/framework/checkpoint.h"
+#include "ringflow/framework/weights.h"

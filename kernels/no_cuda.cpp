@@ -1,10 +1,12 @@
 // Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
 // no CUDA table, no devices (with the reason); cross-device copies, pinned memory and
-// cuda_record_stream throw; the CUDA allocator's statistics are zero.
+// cuda_record_stream throw; the CUDA allocator's statistics are zero; no CUDA library versions.
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/build_info.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/kernels/cuda_devices.h"
 #include "ringflow/kernels/cuda_memory.h"
@@ -15,6 +17,8 @@ constexpr const char* kWhy = "ringflow was built without CUDA (-Dcuda=disabled o
 }
 
 const Backend* cuda_backend() { return nullptr; }
+
+std::vector<LibraryVersion> cuda_library_versions() { return {}; }
 
 int cuda_device_count(std::string* why) {
   if (why) *why = kWhy;

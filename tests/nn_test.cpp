@@ -224,7 +224,7 @@ TEST_CASE("load_state_dict names missing, unexpected and mis-shaped entries") {
   INFO(msg);
   CHECK(msg.find("missing keys: bn.running_var, head.fc.bias") != std::string::npos);
   CHECK(msg.find("unexpected keys: head.fc.extra") != std::string::npos);
-  CHECK(msg.find("conv.weight: checkpoint (4, 3, 5, 5), model (4, 3, 3, 3)") !=
+  CHECK(msg.find("conv.weight: loaded (4, 3, 5, 5), model (4, 3, 3, 3)") !=
         std::string::npos);
   // Nothing was copied.
   CHECK(testing::all_close(net.conv->bias, before, 0, 0));

@@ -156,7 +156,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     if (it == state.end()) {
       missing.push_back(name);
     } else if (!it->second.defined() || it->second.shape() != t.shape()) {
-      mismatched.push_back(cat(name, ": checkpoint ",
+      mismatched.push_back(cat(name, ": loaded ",
                                it->second.defined() ? shape_str(it->second.shape()) : "undefined",
                                ", model ", shape_str(t.shape())));
     }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/view.h"
@@ -31,6 +32,9 @@ void batch_norm_convert_stats(const View& out, const View& in, double eps, bool 
 // cudnn_batch_norm.cpp, in builds with cuDNN: training batch norm on cuDNN where it can take
 // the operands, the own kernels that `b` holds for the rest.
 void use_cudnn_batch_norm(Backend& b);
+// cuDNN's version as the loaded library reports it ("9.19.0"), or that the build has none
+// (cudnn_handle.cpp, no_cudnn.cpp).
+std::string cudnn_version();
 void set_optimizer_kernels(Backend& b);
 void copy(const View& dst, const View& src);
 void fill(const View& dst, double value);

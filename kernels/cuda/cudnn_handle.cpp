@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "ringflow/kernels/cuda/check.h"
 
@@ -19,6 +20,15 @@ cudnnHandle_t cudnn_handle() {
   RF_CHECK_CUDNN(cudnnSetStream(handle, cudaStreamLegacy));
   handles->emplace(device, handle);
   return handle;
+}
+
+std::string cudnn_version() {
+  int major = 0, minor = 0, patch = 0;
+  if (cudnnGetProperty(MAJOR_VERSION, &major) != CUDNN_STATUS_SUCCESS ||
+      cudnnGetProperty(MINOR_VERSION, &minor) != CUDNN_STATUS_SUCCESS ||
+      cudnnGetProperty(PATCH_LEVEL, &patch) != CUDNN_STATUS_SUCCESS)
+    return "unknown (cudnnGetProperty failed)";
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
 }  // namespace ringflow::cuda

@@ -5,4 +5,6 @@ namespace ringflow::cuda {
 
 void use_cudnn_batch_norm(Backend&) {}
 
+std::string cudnn_version() { return "not built in (-Dcudnn=disabled or not found)"; }
+
 }  // namespace ringflow::cuda

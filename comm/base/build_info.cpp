@@ -1,0 +1,25 @@
+#include "ringflow/comm/base/build_info.h"
+
+#include <mpi.h>
+
+namespace ringflow::comm {
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown (MPI_Get_library_version failed)";
+  std::string version(text, static_cast<size_t>(length));
+  version = version.substr(0, version.find('\n'));
+  for (char& c : version)
+    if (c == '\t') c = ' ';  // MPICH's "MPICH Version:\t4.0.2"
+  const size_t end = version.find_last_not_of(" \t\r");
+  return end == std::string::npos ? "unknown (empty)" : version.substr(0, end + 1);
+}
+
+BuildInfo build_info() {
+  BuildInfo info = ringflow::build_info();
+  info.libraries.push_back({"MPI", mpi_library_version()});
+  return info;
+}
+
+}  // namespace ringflow::comm
