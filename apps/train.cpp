@@ -2,7 +2,8 @@
 // alone or data-parallel (--sync gather-scatter|allreduce|ddp, see apps/gradient_sync.h) with
 // ranks started by mpiexec, srun or torchrun's variables (--launcher), with per-phase timings
 // (data wait, forward, backward, exposed communication, optimizer), bytes and overlap,
-// test-set evaluation, checkpoints and --resume, JSON-lines metrics for plots and a Chrome
+// test-set evaluation, checkpoints (every epoch and every N iterations) and --resume (a file, or
+// auto: the newest; apps/checkpointing.h), JSON-lines metrics for plots and a Chrome
 // trace per rank (--trace, apps/trace.h). Each rank trains on its DistributedSampler share;
 // rank 0 alone prints, evaluates and writes checkpoints and metrics, and every rank can
 // resume from them. Made of: the flags (train_flags.h), the set-up (setup.h), one step that
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/gradient_sync.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
@@ -94,40 +96,6 @@ void trace_step(TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_
   }
 }
 
-// The loss scaler's state travels in the checkpoint's metadata ("info.amp.scale", ...).
-std::map<std::string, std::string> with_scaler(std::map<std::string, std::string> info,
-                                               const optim::GradScaler* scaler) {
-  if (scaler) {
-    for (const auto& [key, value] : scaler->state_dict()) info["amp." + key] = fmt::format("{:.17g}", value);
-  }
-  return info;
-}
-
-// A checkpoint of an fp32 or bf16 run has no scaler state: the scaler then starts afresh.
-void restore_scaler(optim::GradScaler& scaler, const std::map<std::string, std::string>& info,
-                    const std::string& path) {
-  std::map<std::string, double> state;
-  for (const auto& [key, value] : info) {
-    if (key.rfind("amp.", 0) != 0) continue;
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(value, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != value.size() || value.empty())
-      throw std::invalid_argument(fmt::format("--resume {}: metadata {} = '{}' is not a number",
-                                              path, key, value));
-    state[key.substr(4)] = v;
-  }
-  if (state.empty()) return;
-  try {
-    scaler.load_state_dict(state);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("--resume {}: {}", path, e.what()));
-  }
-}
-
 // One iteration as this rank ran it: what the epoch aggregates, and the times the trace draws.
 struct StepRecord {
   Figures figures;
@@ -158,7 +126,10 @@ class Trainer {
   EpochStats train_epoch(int64_t epoch);
   void log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r);
   void report_bucket_tuning();
+  void write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged);
   void finish_epoch(int64_t epoch, const EpochStats& s);
+  void checkpoint_in_epoch(int64_t epoch, EpochStats& s);
+  void checkpoint(int64_t epoch, const EpochProgress& progress);
 
   const Flags f_;
   const SyncMode mode_;
@@ -177,6 +148,8 @@ class Trainer {
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
   const std::map<std::string, std::string> info_;
   TrainingPosition pos_;
+  std::unique_ptr<Checkpointer> checkpoints_;
+  EpochProgress resumed_progress_;  // this rank's, where the run resumed inside an epoch
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TraceWriter> trace_;
@@ -201,6 +174,7 @@ Trainer::Trainer(const Flags& f)
   set_threads_and_batch();
   make_data_and_model();
   check_memory();
+  set_steps();
   resume();
   // Collective from here on: rank 0's state everywhere.
   sync_ = std::make_unique<GradientSync>(
@@ -212,7 +186,6 @@ Trainer::Trainer(const Flags& f)
                   .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
                   .topology = comm::average_topology_from_name(f_.fed_topology),
                   .wire = precision_dtype(f_.comm_precision)});
-  set_steps();
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
   tty_ = lead_ && ::isatty(STDOUT_FILENO);
@@ -335,16 +308,12 @@ void Trainer::set_steps() {
 
 // Every rank reads the checkpoint (its optimizer state is its own).
 void Trainer::resume() {
-  if (f_.resume.empty()) return;
-  const Checkpoint c = load_checkpoint(f_.resume, *model_, *sgd_, {.model_only = f_.resume_model_only});
-  for (const auto& [key, value] : info_)
-    if (c.info.count(key) && c.info.at(key) != value)
-      throw std::invalid_argument(fmt::format("--resume {}: the checkpoint is of {} '{}', not '{}'",
-                                              f_.resume, key, c.info.at(key), value));
-  pos_ = c.position;
-  scheduler_->set_epoch(pos_.epoch);
-  if (scaler_) restore_scaler(*scaler_, c.info, f_.resume);
-  if (lead_) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f_.resume, pos_.epoch, pos_.iteration);
+  checkpoints_ = std::make_unique<Checkpointer>(f_, pg_, comm_timeout_, info_);
+  const std::optional<Resumed> r = checkpoints_->resume(*model_, *sgd_, scaler_.get(), steps_);
+  if (!r) return;
+  pos_ = r->position;
+  resumed_progress_ = r->progress;
+  scheduler_->set_epoch(std::min<int64_t>(pos_.epoch, f_.epochs));
 }
 
 void Trainer::print_header() const {
@@ -446,16 +415,20 @@ StepRecord Trainer::step() {
   return r;
 }
 
+// A run resumed inside the epoch starts at the checkpoint's iteration, with the sums it had.
 EpochStats Trainer::train_epoch(int64_t epoch) {
-  EpochStats s;
+  const int64_t first = pos_.epoch_iteration;
+  EpochProgress start = first > 0 ? std::move(resumed_progress_) : EpochProgress{};
+  EpochStats s = std::move(start.stats);
+  window_loss_ = start.window_loss;
+  window_ = start.window;
   const auto epoch_start = Clock::now();
-  train_loader_->start_epoch(epoch);
-  window_loss_ = 0;
-  window_ = 0;
-  for (int64_t i = 0; i < steps_; ++i) {
+  train_loader_->start_epoch(epoch, first * f_.grad_accum);
+  for (int64_t i = first; i < steps_; ++i) {
     const StepRecord r = step();
     if (r.ran_out) break;
     ++pos_.iteration;
+    pos_.epoch_iteration = i + 1;
     if (trace_->enabled()) {
       trace_step(*trace_, epoch, i + 1, pos_.iteration, r.start, r.marks, r.optimizer_start,
                  r.end, r.comm);
@@ -481,6 +454,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
                  (steps_ - i - 1) * global_batch_ / rate);
       std::fflush(stdout);
     }
+    if (checkpoints_->due_in_epoch(pos_, steps_)) checkpoint_in_epoch(epoch, s);
   }
   if (tty_) fmt::print("\r\033[K");
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
@@ -526,15 +500,9 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
   metrics_->write(j);
 }
 
-// Every rank's figures for rank 0's table and metrics, the test set, the checkpoint.
-void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
-  const auto summary_start = Clock::now();
-  const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
-  trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
-               Clock::now(), {{"epoch", epoch}});
-  const Figures& mean = a.mean;
-  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
-  for (const AcrossRanks::Iteration& r : a.logged) {  // now with every rank's figures
+// Under a launcher: the logged iterations' records, now with every rank's figures.
+void Trainer::write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged) {
+  for (const AcrossRanks::Iteration& r : logged) {
     nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
                      {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
                      {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", sgd_->lr()},
@@ -544,6 +512,17 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
     put_figures(j, r.mean, &r.max);
     metrics_->write(j);
   }
+}
+
+// Every rank's figures for rank 0's table and metrics, the test set.
+void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
+  const auto summary_start = Clock::now();
+  const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
+  trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
+               Clock::now(), {{"epoch", epoch}});
+  const Figures& mean = a.mean;
+  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
+  write_iterations(epoch, a.logged);
   nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos_.iteration},
                    {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
                    {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
@@ -582,17 +561,38 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   metrics_->write(j);
 }
 
+// A --checkpoint-every point inside the epoch. Under a launcher the iterations logged so far
+// reach the metrics file first (one reduction), so that the length the checkpoint keeps
+// holds them.
+void Trainer::checkpoint_in_epoch(int64_t epoch, EpochStats& s) {
+  if (pg_) {
+    EpochStats logged;
+    logged.logged.swap(s.logged);
+    write_iterations(epoch, across_ranks(logged, pg_, comm_timeout_).logged);
+  }
+  EpochProgress progress{.stats = s, .window_loss = window_loss_, .window = window_};
+  progress.stats.logged.clear();
+  checkpoint(epoch, progress);
+}
+
+void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
+  const auto save_start = Clock::now();
+  if (checkpoints_->save(pos_, *model_, *sgd_, scaler_.get(), progress, steps_)) {
+    trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
+                 {{"epoch", epoch}, {"global_iteration", pos_.iteration}});
+  }
+}
+
 void Trainer::run() {
+  if (pos_.epoch >= f_.epochs && lead_) {  // a finished run, restarted: no error
+    fmt::print("nothing left to train: the checkpoint is at epoch {} of {}\n", pos_.epoch, f_.epochs);
+  }
   for (int64_t epoch = pos_.epoch + 1; epoch <= f_.epochs; ++epoch) {
     finish_epoch(epoch, train_epoch(epoch));
     scheduler_->step();
     pos_.epoch = epoch;
-    if (lead_ && !f_.checkpoint.empty()) {
-      const auto save_start = Clock::now();
-      save_checkpoint(f_.checkpoint, *model_, *sgd_, pos_, with_scaler(info_, scaler_.get()));
-      trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
-                   {{"epoch", epoch}});
-    }
+    pos_.epoch_iteration = 0;
+    checkpoint(epoch, {});
   }
   trace_->close();
 }
