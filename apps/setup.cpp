@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/group/device_choice.h"
@@ -136,16 +137,13 @@ std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
       std::vector<int64_t>{f.warmup_epochs});
 }
 
-namespace {
-
-// Refused before anything trains, rather than at the end of the first epoch: a file in a
-// folder that does not exist, or that cannot be written. Makes and removes a probe file
-// beside it (the checkpoint's own temporary name, which a killed write may have left).
 void check_writable(const char* flag, const std::string& path) {
   if (path.empty()) return;
   const std::filesystem::path p(path);
   const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
   std::error_code error;
+  if (std::filesystem::is_directory(p, error))
+    throw std::invalid_argument(fmt::format("{} {}: is a folder; name a file", flag, path));
   if (!std::filesystem::is_directory(dir, error))
     throw std::invalid_argument(fmt::format("{} {}: the folder {} does not exist", flag, path, dir.string()));
   const std::string probe = path + ".tmp";
@@ -157,11 +155,9 @@ void check_writable(const char* flag, const std::string& path) {
   std::filesystem::remove(probe, error);
 }
 
-}  // namespace
-
 void check_output_paths(const Flags& f, int rank, int world) {
   if (rank == 0) {  // rank 0 alone writes checkpoints and metrics
-    check_writable("--checkpoint", f.checkpoint);
+    prepare_checkpoint_places(f);
     check_writable("--metrics", f.metrics);
     check_writable("--export-weights", f.export_weights);
   }

@@ -33,8 +33,14 @@ struct Setup {
 // under a launcher of several ranks throws, naming the flag.
 Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout);
 
-// --checkpoint, --metrics (rank 0) and --trace (every rank) can be written: throws naming
-// the flag and the folder otherwise.
+// Refused before anything trains, rather than when it is first written: a folder where a
+// file is to go, a file in a folder that does not exist or cannot be written. Makes and
+// removes a probe file beside it (path + ".tmp"). Throws std::invalid_argument naming `flag`.
+void check_writable(const char* flag, const std::string& path);
+
+// --checkpoint, --checkpoint-dir, --metrics (rank 0) and --trace (every rank) can be written:
+// throws naming the flag and the folder otherwise. Removes stale checkpoint temporary files
+// with a log line each (checkpointing.h).
 void check_output_paths(const Flags& f, int rank, int world);
 
 struct Data {

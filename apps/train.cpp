@@ -2,7 +2,8 @@
 // alone or data-parallel (--sync gather-scatter|allreduce|ddp, see apps/gradient_sync.h) with
 // ranks started by mpiexec, srun or torchrun's variables (--launcher), with per-phase timings
 // (data wait, forward, backward, exposed communication, optimizer), bytes and overlap,
-// test-set evaluation, checkpoints and --resume, JSON-lines metrics for plots and a Chrome
+// test-set evaluation, checkpoints (every epoch and every N iterations) and --resume (a file, or
+// auto: the newest; apps/checkpointing.h), JSON-lines metrics for plots and a Chrome
 // trace per rank (--trace, apps/trace.h). Each rank trains on its DistributedSampler share;
 // rank 0 alone prints, evaluates and writes checkpoints and metrics, and every rank can
 // resume from them. Made of: the flags (train_flags.h), the set-up (setup.h), one step that
@@ -28,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/gradient_sync.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
@@ -98,40 +100,6 @@ void trace_step(TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_
   }
 }
 
-// The loss scaler's state travels in the checkpoint's metadata ("info.amp.scale", ...).
-std::map<std::string, std::string> with_scaler(std::map<std::string, std::string> info,
-                                               const optim::GradScaler* scaler) {
-  if (scaler) {
-    for (const auto& [key, value] : scaler->state_dict()) info["amp." + key] = fmt::format("{:.17g}", value);
-  }
-  return info;
-}
-
-// A checkpoint of an fp32 or bf16 run has no scaler state: the scaler then starts afresh.
-void restore_scaler(optim::GradScaler& scaler, const std::map<std::string, std::string>& info,
-                    const std::string& path) {
-  std::map<std::string, double> state;
-  for (const auto& [key, value] : info) {
-    if (key.rfind("amp.", 0) != 0) continue;
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(value, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != value.size() || value.empty())
-      throw std::invalid_argument(fmt::format("--resume {}: metadata {} = '{}' is not a number",
-                                              path, key, value));
-    state[key.substr(4)] = v;
-  }
-  if (state.empty()) return;
-  try {
-    scaler.load_state_dict(state);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("--resume {}: {}", path, e.what()));
-  }
-}
-
 // One iteration as this rank ran it: what the epoch aggregates, and the times the trace draws.
 struct StepRecord {
   Figures figures;
@@ -171,7 +139,10 @@ class Trainer {
   EpochStats train_epoch(int64_t epoch);
   void log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r);
   void report_bucket_tuning();
+  void write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged);
   void finish_epoch(int64_t epoch, const EpochStats& s);
+  void checkpoint_in_epoch(int64_t epoch, EpochStats& s);
+  void checkpoint(int64_t epoch, const EpochProgress& progress);
 
   const Flags f_;
   const SyncMode mode_;
@@ -192,11 +163,14 @@ class Trainer {
   const std::map<std::string, std::string> info_;
   const std::vector<std::string> arguments_;
   TrainingPosition pos_;
+  std::unique_ptr<Checkpointer> checkpoints_;
+  EpochProgress resumed_progress_;  // this rank's, where the run resumed inside an epoch
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<TraceWriter> trace_;
   bool tty_ = false;
   Clock::time_point epoch_start_;  // of the epoch being trained, for the progress line
+  int64_t epoch_first_ = 0;        // ... and its first iteration (not 0 when resumed inside it)
   bool tuning_reported_ = false;
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
@@ -219,6 +193,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
   set_threads_and_batch();
   make_data_and_model();
   check_memory();
+  set_steps();
   resume();
   // Collective from here on: rank 0's state everywhere.
   sync_ = std::make_unique<GradientSync>(
@@ -230,7 +205,6 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
                   .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
                   .topology = comm::average_topology_from_name(f_.fed_topology),
                   .wire = precision_dtype(f_.comm_precision)});
-  set_steps();
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
   write_metrics_header();
@@ -353,16 +327,12 @@ void Trainer::set_steps() {
 
 // Every rank reads the checkpoint (its optimizer state is its own).
 void Trainer::resume() {
-  if (f_.resume.empty()) return;
-  const Checkpoint c = load_checkpoint(f_.resume, *model_, *optimizer_, {.model_only = f_.resume_model_only});
-  for (const auto& [key, value] : info_)
-    if (c.info.count(key) && c.info.at(key) != value)
-      throw std::invalid_argument(fmt::format("--resume {}: the checkpoint is of {} '{}', not '{}'",
-                                              f_.resume, key, c.info.at(key), value));
-  pos_ = c.position;
-  scheduler_->set_epoch(pos_.epoch);
-  if (scaler_) restore_scaler(*scaler_, c.info, f_.resume);
-  if (chatty_) fmt::print("Resumed from {} after epoch {} (iteration {})\n", f_.resume, pos_.epoch, pos_.iteration);
+  checkpoints_ = std::make_unique<Checkpointer>(f_, pg_, comm_timeout_, info_);
+  const std::optional<Resumed> r = checkpoints_->resume(*model_, *optimizer_, scaler_.get(), steps_);
+  if (!r) return;
+  pos_ = r->position;
+  resumed_progress_ = r->progress;
+  scheduler_->set_epoch(std::min<int64_t>(pos_.epoch, f_.epochs));
 }
 
 void Trainer::print_header() const {
@@ -465,16 +435,21 @@ StepRecord Trainer::step() {
   return r;
 }
 
+// A run resumed inside the epoch starts at the checkpoint's iteration, with the sums it had.
 EpochStats Trainer::train_epoch(int64_t epoch) {
-  EpochStats s;
+  const int64_t first = pos_.epoch_iteration;
+  EpochProgress start = first > 0 ? std::move(resumed_progress_) : EpochProgress{};
+  EpochStats s = std::move(start.stats);
+  window_loss_ = start.window_loss;
+  window_ = start.window;
   epoch_start_ = Clock::now();
-  train_loader_->start_epoch(epoch);
-  window_loss_ = 0;
-  window_ = 0;
-  for (int64_t i = 0; i < steps_; ++i) {
+  epoch_first_ = first;
+  train_loader_->start_epoch(epoch, first * f_.grad_accum);
+  for (int64_t i = first; i < steps_; ++i) {
     const StepRecord r = step();
     if (r.ran_out) break;
     ++pos_.iteration;
+    pos_.epoch_iteration = i + 1;
     if (trace_->enabled()) {
       trace_step(*trace_, epoch, i + 1, pos_.iteration, r.start, r.marks, r.optimizer_start,
                  r.end, r.comm);
@@ -497,11 +472,13 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if ((i + 1) % f_.log_every == 0 || i + 1 == steps_) {
       log_iteration(s, epoch, i + 1, r);
     } else if (tty_) {
-      const double rate = s.seen * world_ / (ms_since(epoch_start_) / 1e3);
+      const double rate = static_cast<double>((i + 1 - first) * global_batch_) /
+                          (ms_since(epoch_start_) / 1e3);
       fmt::print("\r\033[K  [{}/{}] {:.0f} images/s, ETA {:.0f} s", i + 1, steps_, rate,
                  (steps_ - i - 1) * global_batch_ / rate);
       std::fflush(stdout);
     }
+    if (checkpoints_->due_in_epoch(pos_, steps_)) checkpoint_in_epoch(epoch, s);
   }
   if (tty_) fmt::print("\r\033[K");
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
@@ -550,15 +527,9 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
   metrics_->write(j);
 }
 
-// Every rank's figures for rank 0's table and metrics, the test set, the checkpoint.
-void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
-  const auto summary_start = Clock::now();
-  const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
-  trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
-               Clock::now(), {{"epoch", epoch}});
-  const Figures& mean = a.mean;
-  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
-  for (const AcrossRanks::Iteration& r : a.logged) {  // now with every rank's figures
+// Under a launcher: the logged iterations' records, now with every rank's figures.
+void Trainer::write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged) {
+  for (const AcrossRanks::Iteration& r : logged) {
     nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
                      {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
                      {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", optimizer_->lr()},
@@ -568,6 +539,17 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
     put_figures(j, r.mean, &r.max);
     metrics_->write(j, r.mine->logged_at);
   }
+}
+
+// Every rank's figures for rank 0's table and metrics, the test set.
+void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
+  const auto summary_start = Clock::now();
+  const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
+  trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
+               Clock::now(), {{"epoch", epoch}});
+  const Figures& mean = a.mean;
+  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
+  write_iterations(epoch, a.logged);
   nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos_.iteration},
                    {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
                    {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
@@ -604,6 +586,28 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   metrics_->write(j);
 }
 
+// A --checkpoint-every point inside the epoch. Under a launcher the iterations logged so far
+// reach the metrics file first (one reduction), so that the length the checkpoint keeps
+// holds them.
+void Trainer::checkpoint_in_epoch(int64_t epoch, EpochStats& s) {
+  if (pg_) {
+    EpochStats logged;
+    logged.logged.swap(s.logged);
+    write_iterations(epoch, across_ranks(logged, pg_, comm_timeout_).logged);
+  }
+  EpochProgress progress{.stats = s, .window_loss = window_loss_, .window = window_};
+  progress.stats.logged.clear();
+  checkpoint(epoch, progress);
+}
+
+void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
+  const auto save_start = Clock::now();
+  if (checkpoints_->save(pos_, *model_, *optimizer_, scaler_.get(), progress, steps_)) {
+    trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
+                 {{"epoch", epoch}, {"global_iteration", pos_.iteration}});
+  }
+}
+
 // The epoch's time per iteration: over those after the first, or the first's when it ran
 // no other (it includes first-touch allocations and the kernels' first-call set-up).
 void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps,
@@ -624,12 +628,13 @@ void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t ste
 // epochs still to come at this epoch's pace, without their evaluations.
 std::string Trainer::progress(int64_t epoch, int64_t step) const {
   const double seconds = ms_since(epoch_start_) / 1e3;
-  if (step <= 0 || seconds <= 0) return "";
-  const double per_step = seconds / static_cast<double>(step);
+  const int64_t ran = step - epoch_first_;
+  if (ran <= 0 || seconds <= 0) return "";
+  const double per_step = seconds / static_cast<double>(ran);
   const double epoch_left = per_step * static_cast<double>(steps_ - step);
   const double run_left = epoch_left + per_step * static_cast<double>(steps_ * (f_.epochs - epoch));
   return fmt::format(" ({:.0f} images/s, epoch ETA {}, run ETA {})",
-                     static_cast<double>(step * global_batch_) / seconds, duration_text(epoch_left),
+                     static_cast<double>(ran * global_batch_) / seconds, duration_text(epoch_left),
                      duration_text(run_left));
 }
 
@@ -696,16 +701,15 @@ void Trainer::run() {
     export_weights();
     return;
   }
+  if (pos_.epoch >= f_.epochs && lead_) {  // a finished run, restarted: no error
+    fmt::print("nothing left to train: the checkpoint is at epoch {} of {}\n", pos_.epoch, f_.epochs);
+  }
   for (int64_t epoch = pos_.epoch + 1; epoch <= f_.epochs; ++epoch) {
     finish_epoch(epoch, train_epoch(epoch));
     scheduler_->step();
     pos_.epoch = epoch;
-    if (lead_ && !f_.checkpoint.empty()) {
-      const auto save_start = Clock::now();
-      save_checkpoint(f_.checkpoint, *model_, *optimizer_, pos_, with_scaler(info_, scaler_.get()));
-      trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
-                   {{"epoch", epoch}});
-    }
+    pos_.epoch_iteration = 0;
+    checkpoint(epoch, {});
   }
   export_weights();
   trace_->close();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ringflow/comm/base/build_info.h"
+#include "ringflow/apps/checkpointing.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -145,10 +146,6 @@ void add_output_flags(CLI::App& app, Flags& f) {
                  "(safetensors, PyTorch's names: loadable by torch's load_state_dict; rank 0)");
   app.add_option("--eval-every", f.eval_every, "epochs between test-set evaluations (0: none, "
                  "e.g. for timing runs)")->capture_default_str()->check(at_least0);
-  app.add_option("--checkpoint", f.checkpoint, "write a checkpoint here after every epoch");
-  app.add_option("--resume", f.resume, "continue the run saved in this checkpoint");
-  app.add_flag("--resume-model-only", f.resume_model_only, "--resume: the model's weights alone "
-               "(the optimizer starts afresh; for a file without optimizer state)");
   app.add_option("--metrics", f.metrics, "append JSON lines to this file (rank 0): a header "
                  "(arguments, version, commit, hosts, world size), then iterations and epochs, "
                  "each with its wall_time (Unix seconds); under mpiexec each iteration's line, "
@@ -157,6 +154,27 @@ void add_output_flags(CLI::App& app, Flags& f) {
                  "in ui.perfetto.dev, chrome://tracing): compute spans on one track, each "
                  "collective on another; under mpiexec one file per rank, the rank inserted "
                  "before the extension (trace.json: trace.rank0.json, trace.rank1.json, ...)");
+}
+
+// Checkpoints and resuming (apps/checkpointing.h).
+void add_checkpoint_flags(CLI::App& app, Flags& f) {
+  app.add_option("--checkpoint", f.checkpoint, "write a checkpoint to this file after every epoch "
+                 "(and every --checkpoint-every iterations), replacing the last");
+  auto* dir = app.add_option("--checkpoint-dir", f.checkpoint_dir, "write a checkpoint into this "
+                             "folder after every epoch and every --checkpoint-every iterations, "
+                             "one file each (checkpoint-<iteration>.safetensors; the folder is "
+                             "made where missing)");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "iterations between checkpoints within "
+                 "the epochs (0: at the epochs' ends only); a run resumed from one continues bit "
+                 "for bit")->capture_default_str()->check(bound(0, true));
+  app.add_option("--checkpoint-keep", f.checkpoint_keep, "--checkpoint-dir: how many of the newest "
+                 "checkpoints to keep")->capture_default_str()->check(bound(1, true))->needs(dir);
+  app.add_option("--resume", f.resume, "continue the run saved in this checkpoint, or auto: the "
+                 "newest in --checkpoint-dir (or --checkpoint FILE where it exists), else start "
+                 "afresh; a run that restarts itself (torchrun --max-restarts, a Slurm requeue) "
+                 "passes auto every time");
+  app.add_flag("--resume-model-only", f.resume_model_only, "--resume: the model's weights alone "
+               "(the optimizer starts afresh; for a file without optimizer state)");
 }
 
 // Data parallelism: the sync strategy, its algorithm, the launcher and transport, ddp's knobs.
@@ -262,6 +280,7 @@ void add_flags(CLI::App& app, Flags& f) {
   add_training_flags(app, f);
   add_execution_flags(app, f);
   add_output_flags(app, f);
+  add_checkpoint_flags(app, f);
   add_parallel_flags(app, f);
   add_federated_flags(app, f);
 }
@@ -284,6 +303,7 @@ void check_flag_combinations(const Flags& f) {
   if (f.local_steps > 0 && f.local_epochs > 0)
     throw std::invalid_argument("--local-steps and --local-epochs exclude each other: a round "
                                 "every H steps, or every E epochs");
+  check_checkpoint_flags(f);
 }
 
 }  // namespace ringflow::apps

@@ -31,7 +31,11 @@ struct Flags {
   int eval_every = 1;
   int workers = 1;
   bool no_memory_check = false;  // train even where the step's memory estimate exceeds the host's
-  std::string checkpoint, resume, metrics, trace;
+  std::string metrics, trace;
+  // Checkpoints (apps/checkpointing.h).
+  std::string checkpoint, checkpoint_dir, resume;
+  int64_t checkpoint_every = 0;  // iterations; 0: at the epochs' ends only
+  int checkpoint_keep = 3;
   bool resume_model_only = false;
   // Data parallelism.
   std::string sync = "none";

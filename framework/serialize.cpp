@@ -9,11 +9,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <iomanip>
+#include <sstream>
 
 #include "ringflow/framework/ops.h"
+#include "ringflow/framework/printable.h"
 
 namespace ringflow {
 namespace {
@@ -30,14 +34,16 @@ const char* safetensors_dtype(DType d) {
   return "?";
 }
 
+// Every message about a file goes through here: what the file holds (names, dtypes, the
+// JSON parser's excerpt) is printed escaped.
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error(printable(cat(path, ": ", what)));
+}
+
 DType from_safetensors_dtype(const std::string& s, const std::string& path, const std::string& name) {
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64})
     if (s == safetensors_dtype(d)) return d;
-  throw std::runtime_error(cat(path, ": tensor '", name, "' has unsupported dtype '", s, "'"));
-}
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(cat(path, ": ", what));
+  fail(path, cat("tensor '", name, "' has unsupported dtype '", s, "'"));
 }
 
 // The data section's CRC-32, kept in the metadata so that flipped bytes are found on load
@@ -107,8 +113,59 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+
+std::string megabytes(uint64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / 1e6 << " MB";
+  return out.str();
+}
+
+// Writes `parts` to a new file at `tmp` and makes it durable (fsync). On any failure the
+// file is removed again, so that a full disk or a failed write leaves nothing behind.
+void write_durably(const std::string& tmp, const std::vector<std::pair<const void*, size_t>>& parts) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(tmp, std::string("cannot open for writing: ") + std::strerror(errno));
+  auto give_up = [&](const std::string& what) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(tmp, what + ": " + err);
+  };
+  for (auto [data, n] : parts) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0) give_up("write failed");
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  if (::fsync(fd) != 0) give_up("fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(tmp, std::string("close failed: ") + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+void check_free_space(const std::string& path, uint64_t bytes) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  struct statvfs fs{};
+  if (::statvfs(dir.c_str(), &fs) != 0) return;  // cannot be known: the write will tell
+  const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free < bytes)
+    fail(path, cat("not enough free space in ", dir, ": the file needs ", bytes, " bytes (",
+                   megabytes(bytes), "), ", free, " bytes (", megabytes(free), ") are free"));
+}
+
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error))
+    fail(path, "is a folder: give the name of the file to write");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   header["__metadata__"] = nlohmann::ordered_json::object();  // first, as other writers put it
   std::vector<Tensor> hosts;
@@ -130,31 +187,19 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   header["__metadata__"] = meta;
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail(tmp, std::string("cannot open for writing: ") + std::strerror(errno));
-  auto write_all = [&](const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        const std::string err = std::strerror(errno);
-        ::close(fd);
-        fail(tmp, "write failed: " + err);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
   uint64_t len = json.size();
   unsigned char len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = static_cast<unsigned char>(len >> (8 * i));
-  write_all(len_le, 8);
-  write_all(json.data(), json.size());
-  for (const Tensor& h : hosts) write_all(h.raw_data(), h.numel() * dtype_size(h.dtype()));
-  if (::fsync(fd) != 0 || ::close(fd) != 0) fail(tmp, std::string("fsync/close failed: ") + std::strerror(errno));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail(path, std::string("rename from ") + tmp + " failed: " + std::strerror(errno));
+  std::vector<std::pair<const void*, size_t>> parts{{len_le, 8}, {json.data(), json.size()}};
+  for (const Tensor& h : hosts) parts.emplace_back(h.raw_data(), h.numel() * dtype_size(h.dtype()));
+  check_free_space(path, 8 + len + offset);
+  const std::string tmp = path + ".tmp";
+  write_durably(tmp, parts);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    fail(path, "rename from " + tmp + " failed: " + err);
+  }
   // The rename itself is durable only once the directory is synced.
   const std::string dir = std::filesystem::path(path).parent_path().string();
   const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -227,6 +272,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
                      "' overlap in the data section"));
   }
   check_data_checksum(file, in, 8 + len, data_size);
+  file.has_checksum = file.metadata.count(kChecksumKey) > 0;
   return file;
 }
 

@@ -1,4 +1,5 @@
 // Bad input gives exceptions whose messages name what is wrong (shapes, dtypes, dims).
+#include "ringflow/framework/printable.h"
 #include "ringflow/tests/testing.h"
 
 using namespace ringflow;
@@ -33,4 +34,19 @@ TEST_CASE("bad dims, labels and backward arguments") {
   CHECK_THROWS_WITH_AS(Device::parse("gpu0"), Contains("gpu0"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(Tensor().shape(), Contains("undefined"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(gather(zeros({2, 3}), 1, from_vector({0, 5}, {2, 1}, DType::i64)), Contains("[0, 3)"), std::invalid_argument);
+}
+
+// What a file holds reaches messages escaped (framework/printable.h): a corrupt header must
+// not print raw bytes or terminal escapes; text in valid UTF-8 stays readable.
+TEST_CASE("text from files is escaped in messages: control bytes and invalid UTF-8") {
+  CHECK(printable("plain text, line 1\nline 2") == "plain text, line 1\nline 2");
+  CHECK(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82") == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x99\x82");
+  CHECK(printable("a\x1b[31mred") == "a\\x1b[31mred");
+  CHECK(printable(std::string("a\0b\r\t", 5)) == "a\\x00b\\x0d\\x09");
+  CHECK(printable("\xff\xfe") == "\\xff\\xfe");
+  CHECK(printable("x\xc3") == "x\\xc3");                 // a sequence cut short
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");          // an overlong '/'
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a UTF-16 surrogate
+  CHECK(printable("\xc2\x85") == "\\xc2\\x85");          // U+0085, a C1 control
+  CHECK(printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
 }

@@ -431,6 +431,32 @@ TEST_CASE("DataLoader: prefetching workers give the same batches as loading in n
   CHECK(!same_batches(take_epoch(no_aug, 0), take_epoch(reference, 0)));
 }
 
+// A run resumed in the middle of an epoch (apps/checkpointing.h) starts its loader there.
+TEST_CASE("DataLoader: an epoch started at batch k gives the uninterrupted epoch's batches from k") {
+  SyntheticOptions so;
+  so.size = 157;
+  so.image_shape = {3, 8, 8};
+  so.seed = 5;
+  auto dataset = std::make_shared<SyntheticDataset>(so);
+  for (int workers : {0, 2}) {
+    CAPTURE(workers);
+    DataLoader loader(dataset, {.batch_size = 16, .shuffle = true, .seed = 7, .num_workers = workers,
+                                .transforms = cifar_augmentation()});
+    const std::vector<Batch> whole = take_epoch(loader, 3);
+    REQUIRE(whole.size() == 10);
+    for (int64_t k : {0, 1, 6, 9, 10}) {
+      CAPTURE(k);
+      loader.start_epoch(3, k);
+      std::vector<Batch> rest;
+      for (Batch b; loader.next(b);) rest.push_back(b);
+      CHECK(same_batches(rest, std::vector<Batch>(whole.begin() + k, whole.end())));
+    }
+    CHECK_THROWS_WITH_AS(loader.start_epoch(3, 11), doctest::Contains("cannot start at batch 11: it has 10"),
+                         std::invalid_argument);
+    CHECK_THROWS_AS(loader.start_epoch(3, -1), std::invalid_argument);
+  }
+}
+
 TEST_CASE("DataLoader: a worker's exception is rethrown in the caller") {
   auto dataset = std::make_shared<IndexDataset>(50, Shape{1, 2, 2}, /*throw_at=*/27);
   for (int workers : {0, 1, 3}) {

@@ -139,7 +139,7 @@ Batch DataLoader::build_batch(const std::vector<int64_t>& order, int64_t epoch, 
   return batch;
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop();
   auto run = std::make_unique<Run>();
   run->loader = this;
@@ -149,6 +149,9 @@ void DataLoader::start_epoch(int64_t epoch) {
   RF_CHECK(n == sampler_->size(), "DataLoader: the sampler gave ", n, " indices for epoch ", epoch,
            ", its size() says ", sampler_->size());
   run->num_batches = options_.drop_last ? n / b : (n + b - 1) / b;
+  RF_CHECK(first_batch >= 0 && first_batch <= run->num_batches, "DataLoader: epoch ", epoch,
+           " cannot start at batch ", first_batch, ": it has ", run->num_batches);
+  run->next_to_build = run->next_to_take = first_batch;
   run->depth = std::max<int64_t>(options_.prefetch_batches, options_.num_workers);
   run_ = std::move(run);
   for (int w = 0; w < options_.num_workers; ++w) run_->workers.emplace_back([r = run_.get()] { r->work(); });

@@ -53,8 +53,10 @@ class DataLoader {
   const Dataset& dataset() const { return *dataset_; }
   const DataLoaderOptions& options() const { return options_; }
 
-  // Starts epoch `epoch`, dropping what is left of the previous one.
-  void start_epoch(int64_t epoch);
+  // Starts epoch `epoch` at batch `first_batch` (a run resumed in the middle of an epoch:
+  // the same batches as the uninterrupted epoch's from there on), dropping what is left of
+  // the previous one. Throws std::invalid_argument for a first_batch outside [0, num_batches()].
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // Fills `batch` with the next batch of the current epoch; false when the epoch is over
   // (or none was started). Rethrows a worker's exception.
   bool next(Batch& batch);

@@ -80,8 +80,16 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   const double scale = get("scale");
   RF_CHECK(scale > 0, "GradScaler state: 'scale' must be positive, got ", scale);
   scale_ = scale;
-  growth_tracker_ = static_cast<int64_t>(get("growth_tracker"));
-  skipped_ = static_cast<int64_t>(get("skipped_steps"));
+  // Counts of steps, exactly representable: a larger or fractional one is no count.
+  auto count = [&](const char* key) {
+    const double v = get(key);
+    if (v > 9007199254740992.0 || v != std::floor(v))
+      throw std::invalid_argument(std::string("GradScaler state: '") + key + "' is " +
+                                  std::to_string(v) + ", not a step count (a whole number in [0, 2^53])");
+    return static_cast<int64_t>(v);
+  };
+  growth_tracker_ = count("growth_tracker");
+  skipped_ = count("skipped_steps");
 }
 
 }  // namespace ringflow::optim

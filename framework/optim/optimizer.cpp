@@ -55,6 +55,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
       RF_CHECK(t.numel() == 1, "optimizer state 'lr': expected one value, got shape ",
                shape_str(t.shape()));
       lr = t.item();
+      RF_CHECK(std::isfinite(lr) && lr >= 0, "optimizer state 'lr': ", lr, " is not a learning rate "
+               "(a finite number >= 0)");
       continue;
     }
     const size_t dot = name.find('.', 6);
@@ -74,7 +76,11 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     if (key == "step") {
       RF_CHECK(t.numel() == 1, "optimizer state '", name, "': expected one value, got shape ",
                shape_str(t.shape()));
-      loaded[i][key] = scalar_tensor(t.item(), DType::f64);
+      // A count of steps: Adam's bias correction divides by 1 - beta^step.
+      const double step = t.item();
+      RF_CHECK(step >= 0 && step <= 9007199254740992.0 && step == std::floor(step), "optimizer state '",
+               name, "': ", step, " is not a step count (a whole number in [0, 2^53])");
+      loaded[i][key] = scalar_tensor(step, DType::f64);
     } else {
       RF_CHECK(t.shape() == p.shape(), "optimizer state '", name, "': shape ",
                shape_str(t.shape()), " but parameter ", i, " has shape ", shape_str(p.shape()));

@@ -44,8 +44,9 @@ class Optimizer {
   std::map<std::string, Tensor> state_dict() const;
   // Copies the entries into this optimizer's state (converted to each parameter's dtype
   // and device). Throws std::invalid_argument naming the entry on an unknown or malformed
-  // name, a parameter index out of range, a shape that differs from the parameter's, or a
-  // parameter whose state is only partly given.
+  // name, a parameter index out of range, a shape that differs from the parameter's, a
+  // parameter whose state is only partly given, an lr that is no learning rate (negative,
+  // inf, NaN), or a "step" that is no whole number in [0, 2^53].
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
   // The names of one parameter's state entries ("step" is a 0-d f64 tensor on the cpu,
