@@ -200,8 +200,11 @@ std::optional<Resumed> Checkpointer::resume(nn::Module& model, optim::Optimizer&
   });
   std::fflush(stdout);  // what a restarted job resumed is in its log even if it is killed soon
   if (path.empty()) return std::nullopt;
+  // The model alone may go on under another optimizer.
+  std::map<std::string, std::string> expect = info_;
+  if (f_.resume_model_only) expect.erase("optimizer");
   const Checkpoint c = load_checkpoint(path, model, optimizer,
-                                       {.model_only = f_.resume_model_only, .expect_info = info_});
+                                       {.model_only = f_.resume_model_only, .expect_info = expect});
   if (dir_) {
     from_rank0(pg_, timeout_, [&] {
       check_no_newer(c.position.iteration);

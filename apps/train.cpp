@@ -187,7 +187,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       rank_(pg_ ? pg_->rank() : 0),
       lead_(rank_ == 0),
       chatty_(lead_ && !f.quiet),
-      info_{{"model", f.model}, {"dataset", f.dataset}},
+      info_{{"model", f.model}, {"dataset", f.dataset}, {"optimizer", optimizer_name(f.optimizer)}},
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
