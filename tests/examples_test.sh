@@ -29,7 +29,8 @@ libdir=$(dirname "$(dirname "$pc")")
 # A build folder configured before .pc files were relocatable names its prefix absolutely:
 # point that at the scratch root (MPICH's and the others' .pc files stay as the system has them).
 sed -i "s|^prefix=/.*|prefix=$P|" "$(dirname "$pc")"/ringflow*.pc
-export PKG_CONFIG_PATH="$(dirname "$pc")"
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 echo "examples: pkg-config --cflags ringflow-models ringflow-comm: $(pkg-config --cflags ringflow-models ringflow-comm)"
 
 for lib in kernels framework comm models; do
@@ -82,10 +83,13 @@ done
 for example in custom_layer data_parallel; do
   cp -r "$src/examples/$example" "$tmp/$example"
   make -s -C "$tmp/$example" CXXFLAGS="-O2 $sanitize"
-  cmake -S "$tmp/$example" -B "$tmp/$example/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CXX_FLAGS="$sanitize" > "$tmp/cmake.log" 2>&1 &&
-    cmake --build "$tmp/$example/build" >> "$tmp/cmake.log" 2>&1 ||
-    { cat "$tmp/cmake.log"; echo "examples: $example does not build with CMake against $P"; exit 1; }
+  if ! { cmake -S "$tmp/$example" -B "$tmp/$example/build" -DCMAKE_PREFIX_PATH="$P" \
+           -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$sanitize" &&
+         cmake --build "$tmp/$example/build"; } > "$tmp/cmake.log" 2>&1; then
+    cat "$tmp/cmake.log"
+    echo "examples: $example does not build with CMake against $P"
+    exit 1
+  fi
 done
 
 # The Makefile builds train longer; the CMake builds show that they link and run.
