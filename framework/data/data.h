@@ -7,6 +7,7 @@
 #include "ringflow/framework/data/dataset.h"
 #include "ringflow/framework/data/distributed_sampler.h"
 #include "ringflow/framework/data/idx.h"
+#include "ringflow/framework/data/image_folder.h"
 #include "ringflow/framework/data/mnist.h"
 #include "ringflow/framework/data/partition.h"
 #include "ringflow/framework/data/sampler.h"

@@ -122,19 +122,33 @@ Batch DataLoader::build_batch(const std::vector<int64_t>& order, int64_t epoch, 
   float* images = batch.images.data<float>();
   int64_t* labels = batch.labels.data<int64_t>();
   const int64_t size = dataset_->size(), classes = dataset_->num_classes();
+  int64_t kept = 0;  // examples written so far (bad ones skipped)
   for (int64_t j = 0; j < count; ++j) {
     const int64_t position = begin + j;
     const int64_t i = order[static_cast<size_t>(position)];
     RF_CHECK(i >= 0 && i < size, "DataLoader: sampler index ", i, " outside the data set of ", size, " examples");
-    float* image = images + j * numel;
-    const int64_t label = dataset_->read(i, image);
+    float* image = images + kept * numel;
+    Generator gen(example_seed(options_.seed, epoch, position));
+    int64_t label;
+    try {
+      label = dataset_->read(i, image, gen);
+    } catch (const BadExample& e) {
+      if (!options_.skip_bad_examples) throw;
+      batch.skipped.push_back(e.what());
+      continue;
+    }
     RF_CHECK(label >= 0 && label < classes, "DataLoader: example ", i, " has label ", label,
              ", outside [0, ", classes, ")");
-    labels[j] = label;
-    if (!options_.transforms.empty()) {
-      Generator gen(example_seed(options_.seed, epoch, position));
-      for (const auto& t : options_.transforms) t->apply(image, shape, gen);
-    }
+    labels[kept] = label;
+    for (const auto& t : options_.transforms) t->apply(image, shape, gen);
+    ++kept;
+  }
+  if (kept < count) {
+    if (kept == 0)
+      throw std::runtime_error(cat("DataLoader: all ", count, " examples of batch ", k, " are bad, the first: ",
+                                   batch.skipped.front()));
+    batch.images = batch.images.narrow(0, 0, kept);
+    batch.labels = batch.labels.narrow(0, 0, kept);
   }
   return batch;
 }

@@ -4,7 +4,13 @@
 // Determinism: an epoch's batches depend only on (dataset, options, epoch): the order comes
 // from the sampler (default: a permutation seeded by seed + epoch, or 0..n-1 without
 // shuffle), and each example's random transforms from a Generator seeded by (seed, epoch,
-// position in the epoch). The number of workers and the prefetch depth change timing only.
+// position in the epoch), which the dataset's read() draws from first (a random crop taken
+// while decoding) and the transforms after it. The number of workers and the prefetch depth
+// change timing only.
+//
+// Bad examples: a dataset's BadExample (a corrupt file) stops the epoch with its message,
+// or with skip_bad_examples is dropped from its batch (which comes out smaller) and its
+// message kept in Batch::skipped.
 //
 // Threading: start_epoch() starts num_workers threads that build batches in order of need,
 // at most prefetch_batches ahead of the one the caller takes next; next() returns them in
@@ -15,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ringflow/framework/data/dataset.h"
@@ -32,12 +39,14 @@ struct DataLoaderOptions {
   int prefetch_batches = 2;  // batches built ahead of the consumer (at least num_workers)
   std::vector<std::shared_ptr<const Transform>> transforms = {};  // applied in order per example
   std::shared_ptr<const Sampler> sampler = nullptr;  // e.g. a DistributedSampler; overrides shuffle
+  bool skip_bad_examples = false;  // drop a BadExample from its batch instead of failing
 };
 
 struct Batch {
   Tensor images;      // (B, C, H, W) f32, contiguous
   Tensor labels;      // (B) i64
   int64_t index = 0;  // batch number within the epoch
+  std::vector<std::string> skipped;  // skip_bad_examples: why each dropped example was bad
 };
 
 class DataLoader {

@@ -6,6 +6,8 @@
 
 namespace ringflow::data {
 
+int64_t Dataset::read(int64_t i, float* dst, Generator&) const { return read(i, dst); }
+
 int64_t Dataset::label(int64_t i) const {
   std::vector<float> scratch(static_cast<size_t>(image_numel()));
   return read(i, scratch.data());
@@ -54,5 +56,9 @@ std::shared_ptr<Subset> Subset::first(std::shared_ptr<const Dataset> base, int64
 }
 
 int64_t Subset::read(int64_t i, float* dst) const { return base_->read(indices_[static_cast<size_t>(i)], dst); }
+
+int64_t Subset::read(int64_t i, float* dst, Generator& gen) const {
+  return base_->read(indices_[static_cast<size_t>(i)], dst, gen);
+}
 
 }  // namespace ringflow::data
