@@ -46,6 +46,8 @@ void check_output_paths(const Flags& f, int rank, int world);
 struct Data {
   std::shared_ptr<const data::Dataset> train, test;
   std::vector<std::shared_ptr<const data::Transform>> train_transforms, test_transforms;
+  std::vector<std::string> classes;  // the class folders' names (own images); empty: built-in sets
+  std::string note;                  // for the log (own images: the classes, files ignored)
 };
 
 // The --dataset's training and test sets with their transforms; throws where the model

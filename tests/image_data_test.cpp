@@ -197,5 +197,160 @@ TEST_CASE("decode-time reduction: a JPEG read at 1/4 of its size stays close to 
         sum += std::abs(out[(ch * crop + y) * crop + x] * 255.0 - want.f64((y * crop + x) * 3 + ch));
   const double mean = sum / (3 * crop * crop);
   MESSAGE("mean |reduced - PIL| = ", mean, " grey levels");
-  CHECK(mean < 4.0);
+  CHECK(mean < 2.0);  // PIL's own draft mode (the same reduction) gives 1.04 here
+}
+
+TEST_CASE("bad input: each case stops with one message naming the file or folder") {
+  Scratch s("bad");
+  copy_images(s);
+  const std::string jpg = s / "train/Zebra/z1.jpg", png = s / "train/cat_1/i.png";
+  const auto transform = imagenet(false, 8);
+  // Reads one file as an example of the data set, as the loader's workers do.
+  const auto read_one = [&](const std::string& path, ImageReadOptions options = {}) {
+    std::vector<float> out(3 * 8 * 8);
+    Generator gen(0);
+    read_image_example(read_file_bytes(path), path, *transform, options, gen, out.data());
+  };
+  const auto expect_bad = [&](const std::string& path, const std::string& what, ImageReadOptions options = {}) {
+    std::string message = "no error";
+    try {
+      read_one(path, options);
+    } catch (const BadExample& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK(message.rfind(path + ": ", 0) == 0);
+    CHECK(message.find(what) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  };
+  const std::vector<uint8_t> jpeg_bytes = bytes_of(jpg), png_bytes = bytes_of(png);
+
+  SUBCASE("a truncated JPEG") {
+    write_bytes(jpg, {jpeg_bytes.begin(), jpeg_bytes.begin() + static_cast<long>(jpeg_bytes.size() * 2 / 3)});
+    expect_bad(jpg, "truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+  }
+  SUBCASE("a corrupt JPEG: its frame header overwritten") {
+    std::vector<uint8_t> b = jpeg_bytes;
+    for (size_t i = 0; i + 1 < b.size(); ++i)
+      if (b[i] == 0xFF && b[i + 1] == 0xC0) {  // SOF0: the sample precision becomes 0
+        b[i + 4] = 0;
+        break;
+      }
+    write_bytes(jpg, b);
+    expect_bad(jpg, "not a readable JPEG (libjpeg-turbo: ");
+  }
+  SUBCASE("a file named .jpg that is no image") {
+    std::ofstream(jpg) << "hello";
+    expect_bad(jpg, "neither a JPEG nor a PNG (it starts with bytes 68 65 6c 6c 6f)");
+  }
+  SUBCASE("an empty image file") {
+    std::ofstream(jpg, std::ios::trunc).close();
+    expect_bad(jpg, "neither a JPEG nor a PNG (it starts with an empty file)");
+  }
+  SUBCASE("a truncated PNG") {
+    write_bytes(png, {png_bytes.begin(), png_bytes.begin() + static_cast<long>(png_bytes.size() / 2)});
+    expect_bad(png, "corrupt PNG (libpng: truncated: the file ends inside a chunk)");
+  }
+  SUBCASE("a PNG whose image data fails its checksum") {
+    std::vector<uint8_t> b = png_bytes;
+    b[b.size() - 12 - 6] ^= 0x55;  // inside the last IDAT (IEND is the last 12 bytes)
+    write_bytes(png, b);
+    expect_bad(png, "corrupt PNG (libpng: ");
+  }
+  SUBCASE("an image above the pixel limit, refused from its header") {
+    expect_bad(jpg, "24x19 = 456 pixels is above the limit of 455", {.max_image_pixels = 455});
+    CHECK_NOTHROW(read_one(jpg, {.max_image_pixels = 456}));
+  }
+  SUBCASE("a file that cannot be opened") {
+    if (::geteuid() != 0) {
+      fs::permissions(jpg, fs::perms::none);
+      expect_bad(jpg, "cannot open: Permission denied");
+    } else {  // root reads any file: a link to nowhere fails in the same open()
+      MESSAGE("running as root: the unreadable file is a dangling link");
+      fs::remove(jpg);
+      fs::create_symlink(s / "nowhere.jpg", jpg);
+      expect_bad(jpg, "cannot open: No such file or directory");
+    }
+  }
+  SUBCASE("an empty class folder") {
+    fs::create_directories(s / "train/empty/sub");
+    std::ofstream(s / "train/empty/sub/notes.txt") << "x";
+    const std::string e = error_of([&] { ImageFolder(s / "train", transform); });
+    CHECK(e == s / "train/empty" + ": no .jpg, .jpeg or .png file in this class folder (1 other files)");
+  }
+  SUBCASE("no class folders, a missing train/ or val/, a missing folder") {
+    fs::remove_all(s / "val");
+    CHECK(error_of([&] { ImageFolder::open(s.path.string(), false, transform); }).rfind(s / "val" + ": no such folder", 0) == 0);
+    fs::remove_all(s / "train");
+    CHECK(error_of([&] { ImageFolder::open(s.path.string(), true, transform); }).rfind(s / "train" + ": no such folder", 0) == 0);
+    CHECK(error_of([&] { ImageFolder::open(s / "nothing", true, transform); }).rfind(s / "nothing" + ": no such folder", 0) == 0);
+    fs::create_directories(s / "train");
+    std::ofstream(s / "train/a.jpg") << "x";
+    CHECK(error_of([&] { ImageFolder::open(s.path.string(), true, transform); }).rfind(s / "train" + ": no class folders", 0) == 0);
+  }
+}
+
+TEST_CASE("DataLoader on an image folder: a bad image stops the epoch naming it, or is skipped and counted") {
+  Scratch s("skip");
+  copy_images(s);
+  const std::string bad = s / "train/apple/sub/c.jpg";
+  std::ofstream(bad, std::ios::trunc) << "not a jpeg";
+  auto folder = std::make_shared<ImageFolder>(s / "train", imagenet(true, 8));
+  DataLoaderOptions o{.batch_size = 64, .shuffle = false, .num_workers = 2};
+  {
+    DataLoader loader(folder, o);
+    loader.start_epoch(1);
+    Batch b;
+    CHECK(error_of([&] { loader.next(b); }) == bad + ": neither a JPEG nor a PNG (it starts with bytes 6e 6f 74 20 61 20 6a 70)");
+  }
+  o.skip_bad_examples = true;
+  DataLoader loader(folder, o);
+  loader.start_epoch(1);
+  Batch b;
+  REQUIRE(loader.next(b));
+  CHECK(b.images.shape() == Shape{folder->size() - 1, 3, 8, 8});
+  REQUIRE(b.skipped.size() == 1);
+  CHECK(b.skipped[0].rfind(bad + ": ", 0) == 0);
+  // The labels of the images kept, in order.
+  std::vector<int64_t> want;
+  for (int64_t i = 0; i < folder->size(); ++i)
+    if (folder->file(i) != bad) want.push_back(folder->label(i));
+  for (size_t i = 0; i < want.size(); ++i) CHECK(b.labels.data<int64_t>()[i] == want[i]);
+}
+
+TEST_CASE("DataLoader on an image folder: the same batches whatever the workers and prefetching; ranks' shares") {
+  auto folder = std::make_shared<ImageFolder>(kImages + "/train", imagenet(true, 16));
+  const auto epoch = [&](int workers, int prefetch, std::shared_ptr<const Sampler> sampler = nullptr) {
+    DataLoader loader(folder, {.batch_size = 4, .seed = 11, .num_workers = workers, .prefetch_batches = prefetch,
+                               .sampler = sampler});
+    std::vector<float> images;
+    std::vector<int64_t> labels;
+    for (const Batch& b : loader.epoch(2)) {
+      images.insert(images.end(), b.images.data<float>(), b.images.data<float>() + b.images.numel());
+      labels.insert(labels.end(), b.labels.data<int64_t>(), b.labels.data<int64_t>() + b.labels.numel());
+    }
+    return std::pair{images, labels};
+  };
+  const auto one = epoch(0, 1);
+  CHECK(one.first.size() == static_cast<size_t>(folder->size() * 3 * 16 * 16));
+  CHECK(epoch(1, 1) == one);
+  CHECK(epoch(3, 2) == one);
+  CHECK(epoch(4, 8) == one);
+  // Random crops and flips differ from one epoch to another and from the val transform's.
+  DataLoader loader(folder, {.batch_size = 4, .seed = 11, .num_workers = 2});
+  std::vector<float> other;
+  for (const Batch& b : loader.epoch(3)) other.insert(other.end(), b.images.data<float>(), b.images.data<float>() + b.images.numel());
+  CHECK(other != one.first);
+  // Two ranks: their shares are disjoint and cover the set (DistributedSampler's rule).
+  std::vector<int64_t> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto sampler = std::make_shared<DistributedSampler>(folder->size(), 2, rank,
+                                                        DistributedSamplerOptions{.seed = 11, .drop_last = true});
+    const auto share = sampler->indices(2);
+    seen.insert(seen.end(), share.begin(), share.end());
+    CHECK(epoch(2, 2, sampler) == epoch(0, 1, sampler));
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+  CHECK(seen.size() == static_cast<size_t>(folder->size() / 2 * 2));
 }

@@ -41,10 +41,10 @@ struct RandomCropOptions {
 // whatever the image's: the last of RandomResizedCrop, Resize((h, w)), CenterCrop and
 // RandomCrop gives it.
 struct ImageTransformOptions {
-  std::optional<RandomResizedCropOptions> random_resized_crop;
-  std::optional<ResizeOptions> resize;
+  std::optional<RandomResizedCropOptions> random_resized_crop = {};
+  std::optional<ResizeOptions> resize = {};
   int center_crop = 0;  // 0: none
-  std::optional<RandomCropOptions> random_crop;
+  std::optional<RandomCropOptions> random_crop = {};
   double horizontal_flip = 0;  // RandomHorizontalFlip(p); 0: none
   std::array<float, 3> mean{0, 0, 0}, std{1, 1, 1};  // Normalize, after ToTensor's / 255
 };

@@ -8,20 +8,27 @@
 namespace ringflow::data::jpeg {
 namespace {
 
-// TurboJPEG handles are not thread-safe: one per thread, made on first use.
+// TurboJPEG handles are not thread-safe: one per thread, made on first use. After an error
+// it is made anew: TurboJPEG 2.1 leaves a handle whose header reading failed mid-way, and
+// the next file then fails too ("two SOI markers").
+struct Handle {
+  tjhandle h = nullptr;
+  ~Handle() { reset(); }
+  void reset() {
+    if (h) tjDestroy(h);
+    h = nullptr;
+  }
+};
+thread_local Handle handle;
+
 tjhandle thread_handle() {
-  struct Handle {
-    tjhandle h = tjInitDecompress();
-    ~Handle() {
-      if (h) tjDestroy(h);
-    }
-  };
-  thread_local Handle handle;
+  if (!handle.h) handle.h = tjInitDecompress();
   if (!handle.h) throw std::runtime_error(std::string("TurboJPEG: ") + tjGetErrorStr2(nullptr));
   return handle.h;
 }
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
+  handle.reset();
   throw BadExample(name + ": " + what);
 }
 

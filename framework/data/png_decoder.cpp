@@ -40,9 +40,13 @@ int run_libpng(Reader& r, png_uint_32* width, png_uint_32* height, png_bytep* ro
     return 1;
   }
   png_infop info = png_create_info_struct(png);
-  if (!info || setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
-    if (!info) std::snprintf(r.error, sizeof r.error, "out of memory");
+  if (!info) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    std::snprintf(r.error, sizeof r.error, "out of memory");
+    return 1;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
     return 1;
   }
   png_set_read_fn(png, &r, on_read);
