@@ -28,37 +28,64 @@ void add_image_data_flags(CLI::App& app, Flags& f) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
 }
 
-Data open_image_data(const Flags& f, const Shape& model_input) {
+namespace {
+
+// The class names shared by the training and validation sets, or an error naming both.
+void check_same_classes(const Flags& f, const std::vector<std::string>& train, const std::vector<std::string>& val) {
+  if (val != train)
+    throw std::invalid_argument(fmt::format("{}/val has the classes [{}], {}/train [{}]: they must be the same",
+                                            f.data_dir, data::class_list(val), f.data_dir, data::class_list(train)));
+}
+
+}  // namespace
+
+Data open_image_data(const Flags& f, const Shape& model_input, int rank, int world) {
   if (model_input.size() != 3 || model_input[0] != 3)
     throw std::invalid_argument(fmt::format("--model {} takes images of shape {}; --dataset {} gives RGB "
                                             "images: pick a model of 3-channel inputs", f.model,
                                             shape_str(model_input), f.dataset));
   if (f.data_dir.empty())
-    throw std::invalid_argument(fmt::format("--dataset {} needs --data-dir DIR (DIR/train/<class>/<images> "
-                                            "and DIR/val/<class>/<images>)", f.dataset));
+    throw std::invalid_argument(fmt::format("--dataset {} needs --data-dir DIR ({})", f.dataset,
+                                            f.dataset == "shards" ? "DIR/train/*.tar and DIR/val/*.tar, as "
+                                            "ringflow-pack writes them" : "DIR/train/<class>/<images> and "
+                                            "DIR/val/<class>/<images>"));
+  if (f.dataset == "shards" && f.partition != "iid")
+    throw std::invalid_argument(fmt::format("--partition {} splits a data set by label, which a stream of "
+                                            "shards cannot; use --dataset imagefolder", f.partition));
   const int size = f.image_size > 0 ? f.image_size : static_cast<int>(model_input[1]);
   const std::string val_name = f.val_transform.empty() ? f.train_transform : f.val_transform;
   auto train_t = std::make_shared<data::ImageTransform>(data::ImageTransform::preset(f.train_transform, true, size));
   auto val_t = std::make_shared<data::ImageTransform>(data::ImageTransform::preset(val_name, false, size));
   const data::ImageReadOptions read{.max_image_pixels = f.max_image_pixels};
-  auto train = data::ImageFolder::open(f.data_dir, /*train=*/true, train_t, read);
-  auto val = data::ImageFolder::open(f.data_dir, /*train=*/false, val_t, read);
-  if (val->classes() != train->classes())
-    throw std::invalid_argument(fmt::format("{}/val has the classes [{}], {}/train [{}]: they must be the same "
-                                            "folders", f.data_dir, data::class_list(val->classes()),
-                                            f.data_dir, data::class_list(train->classes())));
   Data d;
-  d.train = train;
-  d.test = val;
-  d.classes = train->classes();
-  d.note = fmt::format("{} classes ({}); {} x {} images, transforms {} (train) and {} (val)", d.classes.size(),
-                       data::class_list(d.classes), size, size, f.train_transform, val_name);
-  for (const auto& set : {train, val}) {
-    const data::ImageFolderScan& s = set->scan();
-    if (s.ignored > 0)
-      d.note += fmt::format("\n{}: {} file(s) ignored (not .jpg, .jpeg or .png), e.g. {}", set->root(), s.ignored,
-                            s.ignored_examples.front());
+  d.note = fmt::format("{} x {} images, transforms {} (train) and {} (val)", size, size, f.train_transform, val_name);
+  if (f.dataset == "shards") {
+    auto train = data::ImageShards::open(f.data_dir, /*train=*/true, train_t,
+                                         {.rank = rank, .world = world, .seed = f.seed, .read = read});
+    // Evaluation runs on rank 0 alone, over every shard in order.
+    auto val = data::ImageShards::open(f.data_dir, /*train=*/false, val_t, {.shuffle = false, .read = read});
+    check_same_classes(f, train->shards().classes, val->shards().classes);
+    d.train = train;
+    d.test = val;
+    d.classes = train->shards().classes;
+    d.split_by_rank = true;
+    d.note += fmt::format("; {} training shards ({} images, {} per rank and epoch)", train->shards().files.size(),
+                          train->shards().total(), train->size());
+  } else {
+    auto train = data::ImageFolder::open(f.data_dir, /*train=*/true, train_t, read);
+    auto val = data::ImageFolder::open(f.data_dir, /*train=*/false, val_t, read);
+    check_same_classes(f, train->classes(), val->classes());
+    d.train = train;
+    d.test = val;
+    d.classes = train->classes();
+    for (const auto& set : {train, val}) {
+      const data::ImageFolderScan& s = set->scan();
+      if (s.ignored > 0)
+        d.note += fmt::format("\n{}: {} file(s) ignored (not .jpg, .jpeg or .png), e.g. {}", set->root(),
+                              s.ignored, s.ignored_examples.front());
+    }
   }
+  d.note = fmt::format("{} classes ({}); ", d.classes.size(), data::class_list(d.classes)) + d.note;
   return d;
 }
 

@@ -21,7 +21,8 @@ void add_image_data_flags(CLI::App& app, Flags& f);
 // --image-size (default: model_input's), with their class names and a line for the log.
 // Throws std::invalid_argument naming the folder or flag: a model that does not take RGB
 // images, a validation set whose classes differ from training's, the folders' own errors.
-Data open_image_data(const Flags& f, const Shape& model_input);
+// Shards: rank `rank` of `world` streams its own shards of the training set.
+Data open_image_data(const Flags& f, const Shape& model_input, int rank, int world);
 
 // --image-size other than the model's own: one forward pass of a black image (evaluation
 // mode, no gradients) tells whether the model takes it; throws naming the flag if not.

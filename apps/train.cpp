@@ -280,7 +280,7 @@ void Trainer::check_memory() {
 void Trainer::make_data_and_model() {
   manual_seed(f_.seed);
   const Shape input = models::model_input_shape(f_.model);
-  data_ = open_data(f_, input);  // first: own images give the model its number of classes
+  data_ = open_data(f_, input, rank_, world_);  // first: own images give the model its classes
   model_ = models::make_model(f_.model, static_cast<int64_t>(data_.classes.size()));
   load_weights_flag();
   model_->to(setup_.device.device);  // in place: the optimizer and the sync hold the same tensors
@@ -297,7 +297,7 @@ void Trainer::make_data_and_model() {
         data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
     sampler = std::make_shared<data::ShardSampler>(std::move(shares[static_cast<size_t>(rank_)]),
                                                    f_.seed + static_cast<uint64_t>(rank_));
-  } else if (pg_) {
+  } else if (pg_ && !data_.split_by_rank) {
     sampler = std::make_shared<data::DistributedSampler>(
         data_.train->size(), world_, rank_,
         data::DistributedSamplerOptions{.shuffle = true, .seed = f_.seed});

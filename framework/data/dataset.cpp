@@ -1,5 +1,7 @@
 #include "ringflow/framework/data/dataset.h"
 
+#include "ringflow/framework/data/iterable_dataset.h"
+
 #include <algorithm>
 
 #include "ringflow/framework/ops.h"
@@ -11,6 +13,11 @@ int64_t Dataset::read(int64_t i, float* dst, Generator&) const { return read(i, 
 int64_t Dataset::label(int64_t i) const {
   std::vector<float> scratch(static_cast<size_t>(image_numel()));
   return read(i, scratch.data());
+}
+
+int64_t IterableDataset::read(int64_t, float*) const {
+  throw std::invalid_argument("a streamed data set (IterableDataset) is read in its stream's order by a "
+                              "DataLoader, not example by example");
 }
 
 Example Dataset::get(int64_t i) const {
