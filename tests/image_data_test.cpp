@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "ringflow/framework/ringflow.h"
 #include "safetensors_reader.h"
@@ -353,4 +354,150 @@ TEST_CASE("DataLoader on an image folder: the same batches whatever the workers 
   std::sort(seen.begin(), seen.end());
   CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
   CHECK(seen.size() == static_cast<size_t>(folder->size() / 2 * 2));
+}
+
+namespace {
+
+// The fixture's training images written as shards of `max_count` into scratch/out.
+ShardSet pack_fixture(const Scratch& s, int64_t max_count) {
+  return write_image_shards(scan_image_folder(kImages + "/train"), s / "out", {.max_count = max_count}).set;
+}
+
+// Every record of one epoch of `shards`, in stream order.
+std::vector<Record> all_records(const ImageShards& shards, int64_t epoch) {
+  std::vector<Record> out;
+  auto stream = shards.open(epoch);
+  for (Record r; stream->next(r);) out.push_back(r);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shards: ringflow-pack's writer and the stream give back every image's file and label once") {
+  Scratch s("shards");
+  const ImageFolderScan scan = scan_image_folder(kImages + "/train");
+  const ShardSet written = pack_fixture(s, 4);
+  CHECK(written.files.size() == 4);  // 13 images: 4 + 4 + 4 + 1
+  CHECK(written.samples == std::vector<int64_t>{4, 4, 4, 1});
+  // The files' bytes and labels, as the scan found them.
+  const auto text = [](const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); };
+  std::multiset<std::pair<std::string, int64_t>> want;
+  for (size_t i = 0; i < scan.files.size(); ++i) want.insert({text(bytes_of(scan.files[i])), scan.labels[i]});
+  const auto check_all = [&](const ShardSet& set) {
+    const ImageShards shards(set, imagenet(false, 8), {.shuffle = false});
+    CHECK(shards.size() == 13);
+    std::multiset<std::pair<std::string, int64_t>> got;
+    for (const Record& r : all_records(shards, 1)) got.insert({text(r.bytes), r.label});
+    CHECK(got == want);
+  };
+  const ShardSet read = read_shard_set(s / "out");
+  CHECK(read.classes == scan.classes);
+  CHECK(read.files == written.files);
+  CHECK(read.samples == written.samples);
+  check_all(read);
+  SUBCASE("without shards.json: scanned, classes named by number") {
+    fs::remove(s / "out/shards.json");
+    const ShardSet scanned = read_shard_set(s / "out");
+    CHECK(scanned.samples == written.samples);
+    CHECK(scanned.classes == std::vector<std::string>{"0", "1", "2", "3"});
+    check_all(scanned);
+  }
+  SUBCASE("shards written by GNU tar (pax headers, long paths) read the same") {
+    const fs::path staging = s.path / "staging" / std::string(120, 'd');  // past ustar's 100 bytes
+    fs::create_directories(staging);
+    for (size_t i = 0; i < scan.files.size(); ++i) {
+      fs::copy_file(scan.files[i], staging / (cat("k", i, ".jpg")));
+      std::ofstream(staging / cat("k", i, ".cls")) << scan.labels[i] << "\n";
+    }
+    fs::create_directories(s / "gnu");
+    const std::string cmd = "cd '" + (s.path / "staging").string() + "' && tar --format=pax --sort=name -cf '" +
+                            s / "gnu/a.tar" + "' " + std::string(120, 'd');
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    const ShardSet gnu = read_shard_set(s / "gnu");
+    CHECK(gnu.total() == 13);
+    check_all(gnu);
+  }
+}
+
+TEST_CASE("shards: ranks read disjoint shards; batches the same whatever the workers") {
+  Scratch s("ranks");
+  const ShardSet set = pack_fixture(s, 3);  // 5 shards
+  REQUIRE(set.files.size() == 5);
+  for (int64_t epoch : {1, 2}) {
+    std::multiset<std::string> dealt;
+    for (int rank = 0; rank < 2; ++rank) {
+      const ImageShards shards(set, imagenet(true, 8), {.rank = rank, .world = 2, .seed = 5});
+      CHECK(shards.size() == 6);  // 13 / 2
+      for (const std::string& f : shards.rank_shards(epoch)) dealt.insert(f);
+      CHECK(all_records(shards, epoch).size() == 6);
+    }
+    CHECK(dealt.size() == 5);
+    CHECK(std::set<std::string>(dealt.begin(), dealt.end()).size() == 5);
+  }
+  auto shards = std::make_shared<ImageShards>(set, imagenet(true, 8),
+                                              ImageShardsOptions{.seed = 5, .shuffle_buffer = 4});
+  const auto epoch = [&](int workers, int prefetch) {
+    DataLoader loader(shards, {.batch_size = 3, .seed = 5, .num_workers = workers, .prefetch_batches = prefetch});
+    std::vector<float> images;
+    std::vector<int64_t> labels;
+    for (const Batch& b : loader.epoch(3)) {
+      images.insert(images.end(), b.images.data<float>(), b.images.data<float>() + b.images.numel());
+      labels.insert(labels.end(), b.labels.data<int64_t>(), b.labels.data<int64_t>() + b.labels.numel());
+    }
+    return std::pair{images, labels};
+  };
+  const auto one = epoch(0, 1);
+  CHECK(one.second.size() == 13);
+  CHECK(epoch(1, 1) == one);
+  CHECK(epoch(3, 2) == one);
+  CHECK(epoch(4, 8) == one);
+  CHECK(error_of([&] { DataLoader(shards, {.sampler = std::make_shared<SequentialSampler>(13)}); })
+            .find("not by a sampler") != std::string::npos);
+}
+
+TEST_CASE("shards: bad input named in one message") {
+  Scratch s("bad_shards");
+  const ShardSet set = pack_fixture(s, 4);
+  const std::string first = s / "out/" + set.files[0];
+  const auto read_all = [&] {
+    const ImageShards shards(read_shard_set(s / "out"), imagenet(false, 8), {.shuffle = false});
+    all_records(shards, 1);
+  };
+  SUBCASE("a shard cut inside a member") {
+    const std::vector<uint8_t> b = bytes_of(first);
+    write_bytes(first, {b.begin(), b.begin() + 512 + 100});  // one header and 100 bytes of its image
+    const std::string e = error_of(read_all);
+    CHECK(e.rfind(first + ": cut inside member '00000000.", 0) == 0);
+    CHECK(e.find("the file ends at byte 612") != std::string::npos);
+  }
+  SUBCASE("a shard cut inside a header") {
+    const std::vector<uint8_t> b = bytes_of(first);
+    write_bytes(first, {b.begin(), b.begin() + 300});
+    CHECK(error_of(read_all) == first + ": cut inside a header at byte 0 (the file ends at byte 300)");
+  }
+  SUBCASE("not a tar file") {
+    std::ofstream(first, std::ios::trunc) << std::string(1024, 'x');
+    CHECK(error_of(read_all) == first + ": no tar header at byte 0 (its checksum fails): not a tar file, or a damaged one");
+  }
+  SUBCASE("a sample without its class, a class that is not a number") {
+    TarWriter w(first);
+    const std::vector<uint8_t> jpeg = bytes_of(kImages + "/train/Zebra/z1.jpg");
+    w.add("a.jpg", jpeg.data(), jpeg.size());
+    w.add("b.jpg", jpeg.data(), jpeg.size());
+    w.add("b.cls", reinterpret_cast<const uint8_t*>("1"), 1);
+    w.finish();
+    CHECK(error_of(read_all) == first + ": sample 'a' has no .cls member (its class number) (a WebDataset sample is key.jpg + key.cls)");
+    TarWriter w2(first);
+    w2.add("c.jpg", jpeg.data(), jpeg.size());
+    w2.add("c.cls", reinterpret_cast<const uint8_t*>("cat"), 3);
+    w2.finish();
+    CHECK(error_of(read_all) == first + ": c.cls: 'cat' is not a class number");
+  }
+  SUBCASE("fewer shards than ranks, no shards, a missing folder") {
+    CHECK(error_of([&] { ImageShards(set, imagenet(false, 8), {.rank = 0, .world = 5}); }) ==
+          s / "out" + ": 4 shards for 5 ranks: each rank reads shards of its own; pack into more (ringflow-pack --max-count)");
+    fs::create_directories(s / "empty");
+    CHECK(error_of([&] { read_shard_set(s / "empty"); }) == s / "empty" + ": no .tar shards in it");
+    CHECK(error_of([&] { ImageShards::open(s / "none", true, imagenet(false, 8)); }).rfind(s / "none/train: no such folder", 0) == 0);
+  }
 }
