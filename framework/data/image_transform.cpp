@@ -101,6 +101,53 @@ uint8_t clip8(int32_t v) {
   return static_cast<uint8_t>(v >> kPrecisionBits);
 }
 
+// Every output's taps widened to the axis' largest count K, zero weights added (the sums
+// stay the same), K weights per output in `padded`: a loop of fixed length, unrolled,
+// without the mispredicted branches of a varying one. Returns K.
+int pad_taps(std::vector<Taps>& taps, const std::vector<int32_t>& weights, int in_size,
+             std::vector<int32_t>& padded) {
+  int k_max = 0;
+  for (const Taps& t : taps) k_max = std::max(k_max, t.count);
+  padded.assign(taps.size() * static_cast<size_t>(k_max), 0);
+  for (size_t x = 0; x < taps.size(); ++x) {
+    Taps& t = taps[x];
+    if (t.count == 0) continue;
+    const int first = std::min(t.first, in_size - k_max);
+    for (int k = 0; k < t.count; ++k) padded[x * k_max + (t.first - first + k)] = weights[t.offset + k];
+    t.first = first;
+  }
+  return k_max;
+}
+
+// One source row through the horizontal taps (K per output, from pad_taps), rounded to 8
+// bits. K = 0: the count known only at run time (k_run).
+template <int K>
+void horizontal_row(const uint8_t* src, const std::vector<Taps>& cols, const int32_t* w, int k_run, uint8_t* out) {
+  const int k_count = K > 0 ? K : k_run;
+  for (size_t x = 0; x < cols.size(); ++x, w += k_count, out += 3) {
+    if (cols[x].count == 0) continue;
+    const uint8_t* in = src + static_cast<size_t>(cols[x].first) * 3;
+    int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+    for (int k = 0; k < k_count; ++k) {
+      s0 += in[3 * k] * w[k];
+      s1 += in[3 * k + 1] * w[k];
+      s2 += in[3 * k + 2] * w[k];
+    }
+    out[0] = clip8(s0);
+    out[1] = clip8(s1);
+    out[2] = clip8(s2);
+  }
+}
+
+using HorizontalRow = void (*)(const uint8_t*, const std::vector<Taps>&, const int32_t*, int, uint8_t*);
+
+HorizontalRow horizontal_row_for(int k) {
+  static const HorizontalRow fixed[] = {horizontal_row<0>, horizontal_row<1>, horizontal_row<2>,
+                                        horizontal_row<3>, horizontal_row<4>, horizontal_row<5>,
+                                        horizontal_row<6>, horizontal_row<7>, horizontal_row<8>};
+  return k <= 8 ? fixed[k] : horizontal_row<0>;
+}
+
 }  // namespace
 
 CropPlan CropPlan::reduced(int reduction, int width, int height) const {
@@ -256,50 +303,35 @@ void ImageTransform::apply(const DecodedImage& image, const CropPlan& p, float* 
     row_hi = std::max(row_hi, rows[y].first + rows[y].count);
   }
   // Horizontal pass over the source rows that the vertical one reads, rounded to 8 bits as PIL does.
+  thread_local std::vector<int32_t> padded;
+  const int k = pad_taps(cols, col_weights, clip_w, padded);
+  const HorizontalRow row_pass = horizontal_row_for(k);
   thread_local std::vector<uint8_t> temp;
   temp.assign(static_cast<size_t>(std::max(0, row_hi - row_lo)) * W * 3, 0);
   const size_t stride = static_cast<size_t>(image.width) * 3;
-  for (int r = row_lo; r < row_hi; ++r) {
-    const uint8_t* src = image.rgb.data() + static_cast<size_t>(p.clip_y0 + r) * stride + size_t(p.clip_x0) * 3;
-    uint8_t* out = temp.data() + static_cast<size_t>(r - row_lo) * W * 3;
-    for (int x = 0; x < W; ++x) {
-      const Taps& t = cols[x];
-      if (t.count == 0) continue;
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      const uint8_t* in = src + size_t(t.first) * 3;
-      const int32_t* w = col_weights.data() + t.offset;
-      for (int k = 0; k < t.count; ++k, in += 3) {
-        s0 += in[0] * w[k];
-        s1 += in[1] * w[k];
-        s2 += in[2] * w[k];
-      }
-      out[x * 3] = clip8(s0);
-      out[x * 3 + 1] = clip8(s1);
-      out[x * 3 + 2] = clip8(s2);
-    }
-  }
-  // Vertical pass, then ToTensor + Normalize by table, into the planes (mirrored for a flip).
-  const size_t plane = static_cast<size_t>(W) * H;
+  for (int r = row_lo; r < row_hi; ++r)
+    row_pass(image.rgb.data() + static_cast<size_t>(p.clip_y0 + r) * stride + size_t(p.clip_x0) * 3, cols,
+             padded.data(), k, temp.data() + static_cast<size_t>(r - row_lo) * W * 3);
+  // Vertical pass a row at a time (each tap adds a whole row: vectorised), rounded to 8 bits,
+  // then ToTensor + Normalize by table into the planes (mirrored for a flip).
+  const size_t plane = static_cast<size_t>(W) * H, row_values = static_cast<size_t>(W) * 3;
+  thread_local std::vector<int32_t> sums;
+  sums.resize(row_values);
   for (int y = 0; y < H; ++y) {
     const Taps& ty = rows[y];
-    float* r0 = dst + static_cast<size_t>(y) * W;
+    float* out = dst + static_cast<size_t>(y) * W;
+    std::fill(sums.begin(), sums.end(), 1 << (kPrecisionBits - 1));
+    const int32_t* w = row_weights.data() + ty.offset;
+    for (int k = 0; k < ty.count; ++k) {
+      const uint8_t* in = temp.data() + static_cast<size_t>(ty.first - row_lo + k) * row_values;
+      const int32_t wk = w[k];
+      int32_t* acc = sums.data();
+      for (size_t i = 0; i < row_values; ++i) acc[i] += in[i] * wk;
+    }
     for (int x = 0; x < W; ++x) {
       const int col = p.flip ? W - 1 - x : x;
-      uint8_t v[3] = {0, 0, 0};
-      if (ty.count > 0 && cols[x].count > 0) {
-        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-        const uint8_t* in = temp.data() + (static_cast<size_t>(ty.first - row_lo) * W + x) * 3;
-        const int32_t* w = row_weights.data() + ty.offset;
-        for (int k = 0; k < ty.count; ++k, in += size_t(W) * 3) {
-          s0 += in[0] * w[k];
-          s1 += in[1] * w[k];
-          s2 += in[2] * w[k];
-        }
-        v[0] = clip8(s0);
-        v[1] = clip8(s1);
-        v[2] = clip8(s2);
-      }
-      for (int c = 0; c < 3; ++c) r0[c * plane + col] = normalized_[c][v[c]];
+      const bool inside = ty.count > 0 && cols[x].count > 0;  // else padding: 0
+      for (int c = 0; c < 3; ++c) out[c * plane + col] = normalized_[c][inside ? clip8(sums[x * 3 + c]) : 0];
     }
   }
 }
