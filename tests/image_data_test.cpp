@@ -501,3 +501,47 @@ TEST_CASE("shards: bad input named in one message") {
     CHECK(error_of([&] { ImageShards::open(s / "none", true, imagenet(false, 8)); }).rfind(s / "none/train: no such folder", 0) == 0);
   }
 }
+
+TEST_CASE("JPEG regions: the same pixels as the whole decode; a file cut below the region still refused") {
+  const ImageFolder folder(kImages + "/train", imagenet(false, 8));
+  Generator gen(17);
+  int decoded_in_part = 0;
+  for (int64_t i = 0; i < folder.size(); ++i) {
+    const std::vector<uint8_t> file = bytes_of(folder.file(i));
+    const ImageHeader header = read_image_header(file, folder.file(i));
+    if (header.format != ImageFormat::jpeg) continue;
+    for (int reduction : {1, 2}) {
+      DecodedImage whole, part;
+      decode_image(file, header, "whole", whole, reduction);
+      for (int trial = 0; trial < 20; ++trial) {
+        const int x0 = static_cast<int>(uniform_int(gen, whole.width)), y0 = static_cast<int>(uniform_int(gen, whole.height));
+        const PixelRegion r{x0, y0, x0 + 1 + static_cast<int>(uniform_int(gen, whole.width - x0)),
+                            y0 + 1 + static_cast<int>(uniform_int(gen, whole.height - y0))};
+        decode_image(file, header, "part", part, reduction, &r);
+        INFO(folder.file(i), " reduced ", reduction, ": region (", r.x0, ", ", r.y0, ") - (", r.x1, ", ", r.y1, ")");
+        REQUIRE(part.x0 <= r.x0);
+        REQUIRE(part.y0 <= r.y0);
+        REQUIRE(part.x0 + part.width >= r.x1);
+        REQUIRE(part.y0 + part.height >= r.y1);
+        decoded_in_part += part.width < whole.width || part.height < whole.height;
+        int64_t differ = 0;
+        for (int y = r.y0; y < r.y1; ++y)
+          for (int x = r.x0; x < r.x1; ++x)
+            for (int c = 0; c < 3; ++c)
+              differ += part.rgb[((y - part.y0) * size_t(part.width) + (x - part.x0)) * 3 + c] !=
+                        whole.rgb[(y * size_t(whole.width) + x) * 3 + c];
+        CHECK(differ == 0);
+      }
+    }
+  }
+  CHECK(decoded_in_part > 20);  // the large image's small regions
+  // Cut at half: the region at the top decodes from what is there, yet the file is refused.
+  const int64_t large = std::stoll(fixture().metadata().at("large"));
+  std::vector<uint8_t> file = bytes_of(folder.file(large));
+  file.resize(file.size() / 2);
+  const ImageHeader header = read_image_header(file, "cut.jpg");
+  DecodedImage part;
+  const PixelRegion top{0, 0, 20, 10};
+  CHECK(error_of([&] { decode_image(file, header, "cut.jpg", part, 1, &top); }) ==
+        "cut.jpg: truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+}

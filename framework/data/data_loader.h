@@ -50,7 +50,7 @@ struct Batch {
   Tensor images;      // (B, C, H, W) f32, contiguous
   Tensor labels;      // (B) i64
   int64_t index = 0;  // batch number within the epoch
-  std::vector<std::string> skipped;  // skip_bad_examples: why each dropped example was bad
+  std::vector<std::string> skipped = {};  // skip_bad_examples: why each dropped example was bad
 };
 
 class DataLoader {

@@ -42,11 +42,12 @@ ImageHeader read_image_header(std::span<const uint8_t> file, const std::string& 
 }
 
 void decode_image(std::span<const uint8_t> file, const ImageHeader& header, const std::string& name,
-                  DecodedImage& out, int reduction) {
+                  DecodedImage& out, int reduction, const PixelRegion* region) {
   RF_CHECK(reduction == 1 || reduction == 2 || reduction == 4 || reduction == 8,
            "decode_image: reduction must be 1, 2, 4 or 8, got ", reduction);
+  out.x0 = out.y0 = 0;
   if (header.format == ImageFormat::jpeg) {
-    jpeg::decode(file, name, reduction, out);
+    if (!region || !jpeg::decode_region(file, name, reduction, *region, out)) jpeg::decode(file, name, reduction, out);
   } else {
     RF_CHECK(reduction == 1, "decode_image: PNGs decode at full size only, got reduction ", reduction);
     png::decode(file, name, out);

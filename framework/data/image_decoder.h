@@ -32,6 +32,12 @@ struct ImageHeader {
 struct DecodedImage {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;  // (height, width, 3)
+  int x0 = 0, y0 = 0;        // where these pixels sit in the whole image (a region was decoded)
+};
+
+// A part of an image, in its pixels (of the image reduced, for a reduced decode).
+struct PixelRegion {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
 };
 
 // The format (by the file's first bytes, not its name) and size. `name` is for messages;
@@ -42,8 +48,11 @@ ImageHeader read_image_header(std::span<const uint8_t> file, const std::string& 
 // Decodes the whole image, or a JPEG at 1/reduction of its size in each dimension
 // (reduction 1, 2, 4 or 8; libjpeg-turbo's scaled IDCT: each side ceil(side / reduction)).
 // PNGs decode at full size (reduction must be 1). out is reused: its buffer grows only.
+// With `region`, a baseline JPEG may be decoded in part: at least the region, with the same
+// pixels there as a whole decode (out.x0, out.y0 say where); the rest of the file is still
+// read through, so that a truncated or corrupt file is found whatever the region.
 void decode_image(std::span<const uint8_t> file, const ImageHeader& header, const std::string& name,
-                  DecodedImage& out, int reduction = 1);
+                  DecodedImage& out, int reduction = 1, const PixelRegion* region = nullptr);
 
 // The whole file's bytes; throws BadExample naming it when it cannot be read (missing,
 // permissions, a folder).

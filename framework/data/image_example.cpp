@@ -8,9 +8,13 @@ void read_image_example(std::span<const uint8_t> file, const std::string& name, 
   const CropPlan plan = transform.plan(header.width, header.height, gen);
   const int reduction =
       options.reduce_on_decode && header.format == ImageFormat::jpeg ? ImageTransform::reduction(plan) : 1;
+  const CropPlan p = reduction == 1 ? plan
+                                    : plan.reduced(reduction, (header.width + reduction - 1) / reduction,
+                                                   (header.height + reduction - 1) / reduction);
+  const PixelRegion region{p.clip_x0, p.clip_y0, p.clip_x1, p.clip_y1};
   thread_local DecodedImage image;
-  decode_image(file, header, name, image, reduction);
-  transform.apply(image, reduction == 1 ? plan : plan.reduced(reduction, image.width, image.height), dst);
+  decode_image(file, header, name, image, reduction, options.decode_region ? &region : nullptr);
+  transform.apply(image, p, dst);
 }
 
 std::string class_list(const std::vector<std::string>& classes, size_t shown) {

@@ -15,6 +15,8 @@ struct ImageReadOptions {
   // Decode JPEGs at 1/2, 1/4 or 1/8 of their size where the region kept stays at least as
   // large as the output (ImageTransform::reduction); false: PIL's pixels exactly.
   bool reduce_on_decode = true;
+  // Decode a baseline JPEG's crop region (and a margin) only: the same pixels, less work.
+  bool decode_region = true;
 };
 
 // Writes the transformed image to dst (3, transform.height(), transform.width()); name is for

@@ -277,9 +277,10 @@ int ImageTransform::reduction(const CropPlan& p) {
 void ImageTransform::apply(const DecodedImage& image, const CropPlan& p, float* dst) const {
   RF_CHECK(p.width == width_ && p.height == height_, "image transform: a plan for ", p.width, "x", p.height,
            " output, not ", width_, "x", height_);
-  RF_CHECK(0 <= p.clip_x0 && p.clip_x0 < p.clip_x1 && p.clip_x1 <= image.width && 0 <= p.clip_y0 &&
-               p.clip_y0 < p.clip_y1 && p.clip_y1 <= image.height,
-           "image transform: the plan's region is outside the ", image.width, "x", image.height, " image");
+  RF_CHECK(image.x0 <= p.clip_x0 && p.clip_x0 < p.clip_x1 && p.clip_x1 <= image.x0 + image.width &&
+               image.y0 <= p.clip_y0 && p.clip_y0 < p.clip_y1 && p.clip_y1 <= image.y0 + image.height,
+           "image transform: the plan's region is outside the ", image.width, "x", image.height, " pixels at (",
+           image.x0, ", ", image.y0, ")");
   const int W = width_, H = height_;
   const int clip_w = p.clip_x1 - p.clip_x0, clip_h = p.clip_y1 - p.clip_y0;
   // Taps of each output column and row inside the resized image (count 0: padding).
@@ -310,7 +311,9 @@ void ImageTransform::apply(const DecodedImage& image, const CropPlan& p, float* 
   temp.assign(static_cast<size_t>(std::max(0, row_hi - row_lo)) * W * 3, 0);
   const size_t stride = static_cast<size_t>(image.width) * 3;
   for (int r = row_lo; r < row_hi; ++r)
-    row_pass(image.rgb.data() + static_cast<size_t>(p.clip_y0 + r) * stride + size_t(p.clip_x0) * 3, cols,
+    row_pass(image.rgb.data() + static_cast<size_t>(p.clip_y0 - image.y0 + r) * stride +
+                 size_t(p.clip_x0 - image.x0) * 3,
+             cols,
              padded.data(), k, temp.data() + static_cast<size_t>(r - row_lo) * W * 3);
   // Vertical pass a row at a time (each tap adds a whole row: vectorised), rounded to 8 bits,
   // then ToTensor + Normalize by table into the planes (mirrored for a flip).

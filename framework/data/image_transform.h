@@ -83,7 +83,7 @@ class ImageTransform {
   // is resized to: then resampling still only shrinks, and decoding costs up to 64x less.
   static int reduction(const CropPlan& plan);
   // dst: (3, height(), width()) f32. plan: for this image's size (reduced() when it was
-  // decoded reduced).
+  // decoded reduced); image may hold just the plan's clip region (DecodedImage::x0, y0).
   void apply(const DecodedImage& image, const CropPlan& plan, float* dst) const;
 
  private:

@@ -2,8 +2,14 @@
 
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+
+#include <jerror.h>
+#include <jpeglib.h>
 
 namespace ringflow::data::jpeg {
 namespace {
@@ -65,7 +71,103 @@ void cmyk_to_rgb(const uint8_t* cmyk, size_t pixels, bool inverted, uint8_t* rgb
   }
 }
 
+// libjpeg reports errors by longjmp to the setjmp in run_libjpeg; the message waits here,
+// with whether the file ended early (a warning libjpeg would pass over). No C++ object with
+// a destructor lives between the two.
+struct RegionJob {
+  jpeg_error_mgr errors;  // first: libjpeg's pointer to it is one to the job
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+  bool unsupported;  // progressive, CMYK: decode() instead
+  const uint8_t* data;
+  size_t size;
+  int reduction;
+  PixelRegion want;
+  DecodedImage* out;
+};
+
+void on_error(j_common_ptr cinfo) {
+  auto* job = reinterpret_cast<RegionJob*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, job->message);
+  std::longjmp(job->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  auto* job = reinterpret_cast<RegionJob*>(cinfo->err);
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) job->truncated = true;
+}
+
+// 0: decoded (or job.unsupported); 1: job.message says why not.
+int run_libjpeg(RegionJob& job) {
+  jpeg_decompress_struct cinfo;
+  cinfo.err = jpeg_std_error(&job.errors);
+  job.errors.error_exit = on_error;
+  job.errors.emit_message = on_message;
+  if (setjmp(job.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return 1;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, job.data, job.size);
+  jpeg_read_header(&cinfo, TRUE);
+  job.unsupported = cinfo.progressive_mode ||
+                    (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_GRAYSCALE);
+  if (job.unsupported) {
+    jpeg_destroy_decompress(&cinfo);
+    return 0;
+  }
+  cinfo.out_color_space = JCS_RGB;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = static_cast<unsigned>(job.reduction);
+  cinfo.dct_method = JDCT_ISLOW;
+  jpeg_start_decompress(&cinfo);
+  const int margin = 16;
+  const JDIMENSION y0 = static_cast<JDIMENSION>(std::max(0, job.want.y0 - margin));
+  const JDIMENSION y1 = std::min(cinfo.output_height, static_cast<JDIMENSION>(job.want.y1 + margin));
+  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, job.want.x0 - margin));
+  JDIMENSION width = std::min(cinfo.output_width, static_cast<JDIMENSION>(job.want.x1 + margin)) - x0;
+  jpeg_crop_scanline(&cinfo, &x0, &width);  // x0 down to a block's edge, width up
+  DecodedImage& out = *job.out;
+  out.x0 = static_cast<int>(x0);
+  out.y0 = static_cast<int>(y0);
+  out.width = static_cast<int>(width);
+  out.height = static_cast<int>(y1 - y0);
+  out.rgb.resize(static_cast<size_t>(out.width) * out.height * 3);
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
+  while (cinfo.output_scanline < y1) {
+    JSAMPROW row = out.rgb.data() + static_cast<size_t>(cinfo.output_scanline - y0) * width * 3;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  // The rest entropy-decoded up to the last row, which is read: skipping to the very end would
+  // not read the data at all, and a file cut there would pass.
+  if (cinfo.output_scanline + 1 < cinfo.output_height)
+    jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
+  thread_local std::vector<uint8_t> spare;  // static storage: nothing for a longjmp to skip
+  spare.resize(static_cast<size_t>(width) * 3);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = spare.data();
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return 0;
+}
+
 }  // namespace
+
+bool decode_region(std::span<const uint8_t> file, const std::string& name, int reduction, const PixelRegion& region,
+                   DecodedImage& out) {
+  RegionJob job{};
+  job.data = file.data();
+  job.size = file.size();
+  job.reduction = reduction;
+  job.want = region;
+  job.out = &out;
+  if (run_libjpeg(job) != 0) fail(name, std::string("corrupt JPEG (libjpeg-turbo: ") + job.message + ")");
+  if (job.truncated) fail(name, "truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+  return !job.unsupported;
+}
 
 bool is_jpeg(std::span<const uint8_t> f) { return f.size() >= 3 && f[0] == 0xFF && f[1] == 0xD8 && f[2] == 0xFF; }
 
