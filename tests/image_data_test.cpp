@@ -451,6 +451,14 @@ TEST_CASE("shards: ranks read disjoint shards; batches the same whatever the wor
   CHECK(epoch(1, 1) == one);
   CHECK(epoch(3, 2) == one);
   CHECK(epoch(4, 8) == one);
+  // Started at batch 2 (a run resumed mid-epoch): the uninterrupted epoch's batches from there.
+  for (int workers : {0, 2}) {
+    DataLoader loader(shards, {.batch_size = 3, .seed = 5, .num_workers = workers});
+    loader.start_epoch(3, /*first_batch=*/2);
+    std::vector<int64_t> labels;
+    for (Batch b; loader.next(b);) labels.insert(labels.end(), b.labels.data<int64_t>(), b.labels.data<int64_t>() + b.labels.numel());
+    CHECK(labels == std::vector<int64_t>(one.second.begin() + 6, one.second.end()));
+  }
   CHECK(error_of([&] { DataLoader(shards, {.sampler = std::make_shared<SequentialSampler>(13)}); })
             .find("not by a sampler") != std::string::npos);
 }
