@@ -12,8 +12,5 @@ constexpr std::chrono::milliseconds kLivenessPeriod{10};
 
 // A zombie (killed, not yet reaped by its parent, such as mpiexec's proxy) counts as gone.
 bool process_alive(int pid);
-// Stopped by a signal (SIGSTOP, SIGTSTP) or held by a debugger: it runs no further until
-// someone continues it.
-bool process_stopped(int pid);
 
 }  // namespace ringflow::comm

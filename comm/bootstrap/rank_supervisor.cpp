@@ -45,12 +45,11 @@ std::vector<pid_t> children_of(pid_t pid) {
 }
 
 // Whether a rank beside this supervisor runs: a live child of another of the launcher's.
-// A stopped one (SIGSTOP) is not waited for: it reports nothing until it is continued.
 bool other_ranks_run(pid_t launcher) {
   for (pid_t supervisor : children_of(launcher)) {
     if (supervisor == ::getpid()) continue;
     for (pid_t rank : children_of(supervisor)) {
-      if (process_alive(rank) && !process_stopped(rank)) return true;
+      if (process_alive(rank)) return true;
     }
   }
   return false;
