@@ -17,7 +17,7 @@ import time
 from train_log import until_training
 
 train, mpiexec = sys.argv[1], sys.argv[2]
-TIMEOUT = 4  # --comm-timeout, seconds
+TIMEOUT = 5  # --comm-timeout, seconds
 LIMIT = TIMEOUT + 10.0  # seconds from the stop to the end of the run
 ARGS = ["--sync", "ddp", "--dataset", "synthetic", "--epochs", "1", "--threads", "1",
         "--eval-every", "0", "--log-every", "1", "--comm-timeout", str(TIMEOUT)]
