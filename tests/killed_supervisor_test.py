@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from train_log import until_training
+from train_log import clean_env, until_training
 
 train, mpiexec = sys.argv[1], sys.argv[2]
 LIMIT = 10.0  # seconds from the kill to the end of the run
@@ -30,11 +30,9 @@ def parent_of(pid):
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "MPI_LOCAL", "HYDRA_"))}
-env["OMP_NUM_THREADS"] = "1"
 proc = subprocess.Popen([mpiexec, "-n", "3", train, "--sync", "ddp", "--dataset", "synthetic",
                          "--epochs", "3", "--threads", "1", "--eval-every", "0", "--log-every", "1"],
-                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                         start_new_session=True)
 seen, table = until_training(proc)
 if len(table) != 3:

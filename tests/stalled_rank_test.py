@@ -9,12 +9,11 @@ collective, not the neighbour it was waiting for (which waited for rank 2 as wel
 usage: stalled_rank_test.py TRAIN MPIEXEC"""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from train_log import until_training
+from train_log import clean_env, free_port, until_training
 
 train, mpiexec = sys.argv[1], sys.argv[2]
 TIMEOUT = 5  # --comm-timeout, seconds
@@ -28,22 +27,6 @@ def check(ok, what):
     print(("ok   " if ok else "FAIL ") + what, flush=True)
     if not ok:
         failures.append(what)
-
-
-def clean_env(**extra):
-    """This environment without any launcher's variables, plus extra."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def finish(proc):
