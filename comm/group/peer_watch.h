@@ -92,7 +92,7 @@ class PeerWatch {
   };
   struct Note;
 
-  void listen();  // the thread: reads every link until stop_
+  void listen();  // the thread: reads every link until the destructor wakes it
   void read_link(Peer& p);               // under mutex_
   void take(Peer& p, const Note& note);  // under mutex_
   void send_note(Peer& p, char kind, int64_t seq);  // under mutex_
