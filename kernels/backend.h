@@ -22,7 +22,8 @@ enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, abs, sigmoid, tanh };
 enum class BinaryOp : uint8_t {
   add, sub, mul, div, pow, maximum, minimum,
   eq, ne, lt, le, gt, ge,   // 1 where true, 0 where false, in the operands' dtype
-  relu_backward,            // out = b > 0 ? a : 0   (a: incoming gradient, b: relu input)
+  relu_backward,            // out = b <= 0 ? 0 : a  (a: incoming gradient, b: relu output;
+                            // a NaN b passes a, as PyTorch's threshold_backward)
 };
 enum class ReduceOp : uint8_t { sum, mean, max, min, argmax };
 

@@ -1,12 +1,21 @@
+// Note [a killed supervisor]: killed alone (by hand, through the pid Hydra's banner shows,
+// or by the OOM killer), a supervisor makes Hydra SIGKILL the other ranks' process groups at
+// once, before they can report anything; its own rank, whose group leader is gone, is left.
+// That rank learns of the death at once (a parent-death signal, which one thread waits
+// for), says so on stderr and exits 1, so that the job ends with the rank and its
+// supervisor named rather than in silence, and before the rank's own collectives fail
+// blaming the ranks Hydra killed.
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +92,22 @@ bool ranks_elsewhere() {
   std::_Exit(128 + WTERMSIG(status));  // a signal whose default is to go on
 }
 
+// The rank's thread that waits for its supervisor's death (Note [a killed supervisor]).
+[[noreturn]] void report_supervisor_death(pid_t supervisor, sigset_t death) {
+  siginfo_t info;
+  while (::sigwaitinfo(&death, &info) < 0 || ::getppid() == supervisor) {
+  }
+  const char* rank = std::getenv("PMI_RANK");
+  char line[256];
+  const int n = std::snprintf(line, sizeof line,
+                              "rank %s (process %d): its supervisor (process %d) has died; the rank "
+                              "ends with it\n",
+                              rank ? rank : "?", static_cast<int>(::getpid()),
+                              static_cast<int>(supervisor));
+  if (n > 0) (void)!::write(STDERR_FILENO, line, std::min(static_cast<size_t>(n), sizeof line - 1));
+  std::_Exit(1);
+}
+
 }  // namespace
 
 bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds other_nodes) {
@@ -98,9 +123,16 @@ bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds o
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, forward_to_rank);
     wait_and_exit(child, launcher, grace, other_nodes);
   }
-  // The rank dies with its supervisor (killed alone, it would leave the rank running).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The rank ends with its supervisor (killed alone, it would leave the rank running). The
+  // signal is blocked before any other thread starts, so that only the watching thread
+  // takes it.
+  sigset_t death;
+  sigemptyset(&death);
+  sigaddset(&death, SIGRTMIN);
+  ::pthread_sigmask(SIG_BLOCK, &death, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGRTMIN);
   if (::getppid() != supervisor) std::_Exit(1);
+  std::thread([supervisor, death] { report_supervisor_death(supervisor, death); }).detach();
   return true;
 }
 

@@ -21,7 +21,9 @@ constexpr std::chrono::milliseconds kOtherNodesGrace{2000};
 //
 // The parent, the supervisor, never returns. It holds the rank's PMI socket open, passes
 // the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) on to the rank and ignores Hydra's
-// SIGUSR1; the rank dies with it. Once the rank ended, it exits as the rank did: at once
+// SIGUSR1; the rank dies with it, first saying so on stderr (a thread of the rank waits
+// for its parent's death: Note [a killed supervisor]). Once the rank ended, it exits as the
+// rank did: at once
 // when it succeeded, else once no other rank of its node runs (within `grace`), and for a
 // death by signal, where the job has ranks on other nodes, not before `other_nodes` passed
 // since it.

@@ -12,7 +12,9 @@
 // MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
 // group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
 // must have asked for MPI_THREAD_MULTIPLE); MPI is finalised at exit only if a group
-// initialised it. Destroy every group before main returns.
+// initialised it, and then, once a group broke or saw a rank exit, the job is aborted
+// instead (MPI_Abort, after the other ranks' goodbyes: finalize would wait for the missing
+// rank for ever). Destroy every group before main returns.
 //
 // Timeouts: see Note [timeouts] in mpi_process_group.cpp.
 //

@@ -17,7 +17,7 @@
 //    throws std::invalid_argument at the call, before anything is queued.
 //  - A collective that does not complete within options.timeout fails its Work with a
 //    CommError naming the collective, its sequence number and, where knowable, the ranks
-//    that did not arrive. A group whose collective timed out or failed part-way is broken:
+//    that did not arrive (or that exited: PeerWatch, comm/group/peer_watch.h). A group whose collective timed out or failed part-way is broken:
 //    later collectives fail at once (other ranks may be anywhere in it); make a new group
 //    to go on. A mismatch found by checking mode fails only that collective.
 //

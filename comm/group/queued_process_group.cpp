@@ -74,9 +74,14 @@ std::string QueuedProcessGroup::broken_reason() const {
 }
 
 void QueuedProcessGroup::mark_broken(const std::string& reason) {
-  std::lock_guard lock(mutex_);
-  if (broken_.empty()) broken_ = reason;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = reason;
+  }
+  // The peers hear that this rank gave up, so that its exit is not taken for the cause.
+  if (peers_) peers_->give_up();
 }
+
 
 std::string QueuedProcessGroup::describe(const Fingerprint& fp) {
   return describe_collective(static_cast<CollectiveKind>(fp.kind), fp.seq,
@@ -181,11 +186,14 @@ void QueuedProcessGroup::run(Op& op) {
   }
   op.deadline = Clock::now() + op.timeout;
   work.mark_started();
+  if (peers_ && op.collective) peers_->arrive(op.fp.seq);
   try {
-    // A mismatch found here leaves the group usable: every rank sees it, none has started.
     if (checking_ && op.collective && size_ > 1) check_fingerprints(op);
-  } catch (...) {
-    work.finish(std::current_exception());
+  } catch (const std::exception& e) {
+    // A mismatch leaves the group usable: every rank sees it, none has started. A rank
+    // that did not arrive (the exchange timed out) broke it.
+    if (broken_reason().empty()) work.finish(std::current_exception());
+    else fail(op, e, std::current_exception());
     return;
   }
   try {
@@ -196,22 +204,30 @@ void QueuedProcessGroup::run(Op& op) {
     work.finish();
   } catch (const std::exception& e) {
     // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
-    const std::string why = with_dead_peers(e.what());
-    mark_broken(cat(work.description(), " failed on rank ", rank_, ": ", why));
-    work.finish(why == e.what() ? std::current_exception() : std::make_exception_ptr(CommError(why)));
+    fail(op, e, std::current_exception());
   }
 }
 
-std::string QueuedProcessGroup::with_dead_peers(const std::string& what) {
+void QueuedProcessGroup::fail(Op& op, const std::exception& e, std::exception_ptr thrown) {
+  const std::string why = with_dead_peers(e.what(), op);
+  mark_broken(cat(op.work->description(), " failed on rank ", rank_, ": ", why));
+  op.work->finish(why == e.what() ? thrown : std::make_exception_ptr(CommError(why)));
+}
+
+std::string QueuedProcessGroup::with_dead_peers(const std::string& what, const Op& op) {
   if (!peers_) return what;
-  const auto until = Clock::now() + std::chrono::seconds(1);
+  // Asking every rank where it is also gives their links' ends the time to be read; only a
+  // stopped or hung rank makes it wait, up to PeerWatch's patience.
+  const std::string absent = op.collective ? peers_->absent_from(op.fp.seq) : "";
   std::string dead = dead_peers();
-  while (dead.empty() && Clock::now() < until) {
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (dead.empty() && absent.empty() && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     dead = dead_peers();
   }
-  if (dead.empty() || what.find(dead) != std::string::npos) return what;
-  return cat(what, "; ", dead);
+  const std::string named = dead.empty() ? absent : dead;
+  if (named.empty() || what.find(named) != std::string::npos) return what;
+  return cat(what, "; ", named);
 }
 
 void QueuedProcessGroup::check_fingerprints(Op& op) {

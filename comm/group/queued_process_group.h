@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -98,12 +99,21 @@ class QueuedProcessGroup : public ProcessGroup {
   // The derived constructor may give the watch of the other ranks' processes: a collective
   // that fails part-way then names the rank whose exit started it.
   void watch_peers(std::unique_ptr<PeerWatch> watch) { peers_ = std::move(watch); }
-  // PeerWatch::dead_peers(); empty without a watch. Communication thread only.
+  // PeerWatch::dead_peers(); empty without a watch.
   std::string dead_peers() { return peers_ ? peers_->dead_peers() : ""; }
   // Whether dead_peers() ever named a rank (MPI is then finalised by no one: it would wait
   // for the dead). Once the communication thread has stopped.
   bool peer_died() const { return peers_ && peers_->saw_death(); }
-  // Breaks the group (first reason wins); later collectives fail at once.
+  // Says goodbye to the other ranks and waits until each said goodbye too, exited, or was
+  // found stopped or hung (PeerWatch::wait_for_goodbyes); at once without a watch. Once the
+  // communication thread has stopped.
+  void await_goodbyes() {
+    if (!peers_) return;
+    peers_->say_goodbye();
+    peers_->wait_for_goodbyes();
+  }
+  // Breaks the group (first reason wins); later collectives fail at once. The peers hear
+  // that this rank gave up (PeerWatch::give_up).
   void mark_broken(const std::string& reason);
   // The count of threads blocked in this group's Works (comm/base/backoff.h).
   const Waiters* waiters() const { return waiters_.get(); }
@@ -119,9 +129,12 @@ class QueuedProcessGroup : public ProcessGroup {
   void run_loop();
   void run(Op& op);
   void check_fingerprints(Op& op);
+  // Breaks the group and fails op's Work with e, naming the rank that made it fail.
+  void fail(Op& op, const std::exception& e, std::exception_ptr thrown);
   // what, and the ranks whose processes exited, looked for up to a second (a failure
-  // spreads along the algorithm's messages faster than some peers see the exit).
-  std::string with_dead_peers(const std::string& what);
+  // spreads along the algorithm's messages faster than some peers see the exit); where none
+  // did, the ranks that never began op's collective (PeerWatch::absent_from).
+  std::string with_dead_peers(const std::string& what, const Op& op);
 
   const int rank_, size_;
   const bool checking_;
@@ -136,7 +149,7 @@ class QueuedProcessGroup : public ProcessGroup {
   bool stopping_ = false;
   std::string broken_;      // under mutex_
   CudaStaging staging_;     // comm thread only
-  std::unique_ptr<PeerWatch> peers_;  // comm thread only, once started
+  std::unique_ptr<PeerWatch> peers_;  // set before start()
   std::thread thread_;
 };
 
