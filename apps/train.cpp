@@ -32,6 +32,7 @@
 #include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/non_finite.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
 #include "ringflow/apps/step_memory.h"
@@ -151,6 +152,7 @@ class Trainer {
   void finish_epoch(int64_t epoch, const EpochStats& s);
   void checkpoint_in_epoch(int64_t epoch, EpochStats& s);
   void checkpoint(int64_t epoch, const EpochProgress& progress);
+  void check_loaded_finite(const std::string& what) const;
 
   const Flags f_;
   const SyncMode mode_;
@@ -168,6 +170,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
+  std::unique_ptr<NonFiniteGuard> guard_;       // --on-nonfinite
   std::map<std::string, std::string> info_;  // the checkpoints' metadata
   const std::vector<std::string> arguments_;
   int64_t skipped_ = 0;  // --skip-bad-images: images this rank skipped in this epoch
@@ -331,6 +334,8 @@ void Trainer::make_data_and_model() {
   optimizer_ = make_optimizer(f_, model_->parameters());
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
   if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
+  guard_ = std::make_unique<NonFiniteGuard>(f_.on_nonfinite, f_.nonfinite_check_every,
+                                            /*scaler_checks_grads=*/scaler_ != nullptr);
 }
 
 // Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
@@ -352,6 +357,17 @@ void Trainer::resume() {
   pos_ = r->position;
   resumed_progress_ = r->progress;
   scheduler_->set_epoch(std::min<int64_t>(pos_.epoch, f_.epochs));
+  check_loaded_finite(fmt::format("checkpoint '{}'", r->path));
+}
+
+// A model read from a file (--resume, --weights) holds no inf or NaN, unless
+// --on-nonfinite ignore lets it in.
+void Trainer::check_loaded_finite(const std::string& what) const {
+  if (f_.on_nonfinite == OnNonFinite::ignore) return;
+  const std::string bad = first_non_finite(model_->state_dict());
+  if (bad.empty()) return;
+  throw std::invalid_argument(fmt::format("{}: tensor '{}' holds inf or NaN (--on-nonfinite ignore "
+                                          "loads it all the same)", what, bad));
 }
 
 void Trainer::print_header() const {
@@ -434,7 +450,9 @@ StepRecord Trainer::step() {
   ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
   clip_gradients();
-  if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
+  if (!guard_->allow_step(r.loss_sum / f_.grad_accum, model_->parameters(), pos_.iteration + 1)) {
+    r.skipped = true;  // --on-nonfinite skip
+  } else if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
     r.skipped = !scaler_->step(*optimizer_);
     scaler_->update();
   } else {
@@ -596,10 +614,12 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
       fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
                  "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
     }
-    if (scaler_) {
-      j["loss_scale"] = scaler_->get_scale();
-      j["skipped_steps"] = s.skipped;
+    if (!scaler_ && s.skipped > 0 && chatty_) {
+      fmt::print("  {} steps skipped in the epoch (inf or NaN gradients, --on-nonfinite skip)\n",
+                 s.skipped);
     }
+    if (scaler_) j["loss_scale"] = scaler_->get_scale();
+    if (scaler_ || s.skipped > 0) j["skipped_steps"] = s.skipped;
     fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
                a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
                100.0 * a.correct / std::max<int64_t>(1, a.seen));
@@ -627,6 +647,7 @@ void Trainer::checkpoint_in_epoch(int64_t epoch, EpochStats& s) {
 }
 
 void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
+  if (!checkpoints_->wanted() || !guard_->may_save(model_->state_dict(), pos_.iteration)) return;
   const auto save_start = Clock::now();
   if (checkpoints_->save(pos_, *model_, *optimizer_, scaler_.get(), progress, steps_)) {
     trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
@@ -685,6 +706,7 @@ void Trainer::load_weights_flag() {
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("--weights {}", e.what()));
   }
+  check_loaded_finite(fmt::format("--weights {}", f_.weights));
 }
 
 // --clip-grad-norm: on the gradients the optimizer will apply (averaged over the ranks, and

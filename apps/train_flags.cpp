@@ -70,6 +70,9 @@ CLI::Validator enum_names(const std::vector<std::pair<std::string, E>>& names) {
 const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {
     {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
 
+const std::vector<std::pair<std::string, OnNonFinite>> kOnNonFinite = {
+    {"stop", OnNonFinite::stop}, {"skip", OnNonFinite::skip}, {"ignore", OnNonFinite::ignore}};
+
 // The flags in groups, added in the order `train --help` lists them.
 
 // What is trained, on what, and the optimizer.
@@ -95,6 +98,14 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay,--wd", f.weight_decay, "weight decay (L2 for sgd and adam, "
                  "decoupled for adamw)")->capture_default_str()->check(at_least0);
+  app.add_option("--on-nonfinite", f.on_nonfinite, "a loss or gradients holding inf or NaN: "
+                 "stop the run naming the iteration, skip that optimizer step (decided on the "
+                 "averaged gradients, the same on every rank; fp16's scaler skips on its own), or "
+                 "ignore; a model that is not finite is never written to or read from a checkpoint "
+                 "(ignore: a warning)")->default_str("stop")->transform(enum_names(kOnNonFinite));
+  app.add_option("--nonfinite-check-every", f.nonfinite_check_every, "optimizer steps between "
+                 "looks at the gradients' norm (the loss is looked at every step; 0: never; skip "
+                 "looks every step)")->capture_default_str()->check(bound(0, true));
   app.add_option("--clip-grad-norm", f.clip_grad_norm, "scale the gradients down to this global "
                  "L2 norm where it is larger (torch.nn.utils.clip_grad_norm_; 0: never)")
       ->capture_default_str()->check(at_least0);

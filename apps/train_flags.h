@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ringflow/apps/non_finite.h"
+
 namespace ringflow::apps {
 
 // --optimizer: torch.optim's SGD, Adam, AdamW (framework/optim/).
@@ -58,6 +60,8 @@ struct Flags {
   std::string partition = "iid";
   // As PyTorch's ImageNet example and torchvision's reference scripts name them.
   OptimizerKind optimizer = OptimizerKind::sgd;
+  OnNonFinite on_nonfinite = OnNonFinite::stop;  // a loss or gradients holding inf or NaN
+  int64_t nonfinite_check_every = 10;            // optimizer steps between looks at the gradients
   double clip_grad_norm = 0;   // 0: no clipping
   double label_smoothing = 0;  // torch.nn.CrossEntropyLoss's
   std::string weights;         // a plain state_dict to start from (framework/weights.h)
