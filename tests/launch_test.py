@@ -120,7 +120,7 @@ with tempfile.TemporaryDirectory() as tmp:
         check(len(table) == 3, f"{what}: the log gives each rank's pid@host: {table}")
         if len(table) != 3:
             proc.kill()
-            proc.communicate()
+            print(seen[-2000:], proc.communicate()[0][-2000:], sep="\n")
             continue
         pid = int(table[2].split("@")[0])
         killed_at = time.monotonic()
