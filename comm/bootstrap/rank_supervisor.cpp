@@ -21,10 +21,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "ringflow/comm/base/process.h"
+#include "ringflow/comm/bootstrap/launch.h"
 
 namespace ringflow::comm {
 namespace {
@@ -64,13 +66,20 @@ bool other_ranks_run(pid_t launcher) {
   return false;
 }
 
-// Whether Hydra started ranks on other nodes too (it tells each rank the job's size and
-// its node's); when it does not say, assume so.
+// Whether the launcher started ranks on other nodes too (Hydra and mpirun tell each rank
+// the job's size and its node's); when it does not say, assume so.
 bool ranks_elsewhere() {
-  const char* all = std::getenv("PMI_SIZE");
-  const char* here = std::getenv("MPI_LOCALNRANKS");
-  return !all || !here || std::atoi(all) > std::atoi(here);
+  const std::optional<MpiLaunch> launch = mpi_launch();
+  return !launch || launch->size < 0 || launch->local_size < 0 || launch->size > launch->local_size;
 }
+
+// The launchers that end the job as soon as they reap a rank that failed: Hydra (its PMI
+// socket, PMI_FD) and Open MPI's mpirun.
+bool under_mpiexec() {
+  return (std::getenv("PMI_FD") && std::getenv("PMI_RANK")) || std::getenv("OMPI_COMM_WORLD_RANK");
+}
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 [[noreturn]] void wait_and_exit(pid_t child, pid_t launcher, std::chrono::milliseconds grace,
                                 std::chrono::milliseconds other_nodes) {
@@ -78,6 +87,7 @@ bool ranks_elsewhere() {
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) std::_Exit(127);
   }
+  for (int sig : kStopSignals) ::signal(sig, SIG_DFL);  // the rank's pid may be reused now
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) std::_Exit(0);
   const auto ended = Clock::now();
   while (Clock::now() < ended + grace && ::getppid() == launcher && other_ranks_run(launcher)) {
@@ -111,7 +121,7 @@ bool ranks_elsewhere() {
 }  // namespace
 
 bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds other_nodes) {
-  if (!std::getenv("PMI_FD") || !std::getenv("PMI_RANK")) return false;
+  if (!under_mpiexec()) return false;
   if (threads_of_this_process() != 1) return false;
   const pid_t launcher = ::getppid();
   const pid_t supervisor = ::getpid();
@@ -120,7 +130,7 @@ bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds o
   if (child > 0) {
     g_rank = child;
     ::signal(SIGUSR1, SIG_IGN);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, forward_to_rank);
+    for (int sig : kStopSignals) ::signal(sig, forward_to_rank);
     wait_and_exit(child, launcher, grace, other_nodes);
   }
   // The rank ends with its supervisor (killed alone, it would leave the rank running). The
