@@ -166,6 +166,10 @@ const Backend* cuda_backend();
 // Thread count used by the CPU kernels (oneDNN/OpenMP and own loops) for the process.
 void set_num_threads(int n);
 int num_threads();
+// Restricts the calling thread and the CPU kernels' threads to `cpus` (sched_setaffinity's
+// numbering, non-empty), e.g. to keep a core for a communication thread. Throws
+// std::invalid_argument naming the CPUs the kernel refused.
+void set_compute_cpus(const std::vector<int>& cpus);
 
 // How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses
 // per shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/algorithms/collectives.h"
 #include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/base/process.h"
 #include "ringflow/comm/group/collective_kind.h"
@@ -412,12 +413,19 @@ std::vector<MpiProcessGroup::Fingerprint> MpiProcessGroup::exchange_fingerprints
 // which arguments the collective reads (in) and writes (out) on this rank; the queued base
 // stages them and bumps the version of every tensor written.
 
+// Through our shared-memory or TCP transport where the group has one: its waits sleep until
+// the bytes arrive, where MPI's request has to be polled (DDP broadcasts the BatchNorm
+// buffers before every forward).
 std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const CollectiveOptions& o) {
   check_count("broadcast", t.numel());
   const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
                             {{t, /*in=*/root, /*out=*/!root}}, [this, root = o.root](Op& op) {
     const Buffer b = op.host(0);
+    if (transport_) {
+      run_on_transport(op, "the tree broadcast", [&](Transport& tr) { broadcast_tree(tr, b, root); });
+      return;
+    }
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Ibcast(b.data, static_cast<int>(b.count), transfer_type(b.dtype), root,
                             comm_, &req[0]));
@@ -495,14 +503,21 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
 }
 
 void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const CollectiveOptions& o) {
-  op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
+  run_on_transport(op, cat("the ", algorithm_name(algo), " allreduce"), [&](Transport& tr) {
+    run_allreduce(tr, b, algo, o.op, o.root, &host_of());
+  });
+}
+
+void MpiProcessGroup::run_on_transport(Op& op, const std::string& what,
+                                       const std::function<void(Transport&)>& body) {
+  op.work->set_status(cat("running ", what));
   MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
   mpi_transport.set_waiters(waiters());
   mpi_transport.set_liveness([this] { return dead_peers(); });
   if (transport_) transport_->set_deadline(op.deadline);
   CountingTransport transport(transport_ ? *transport_ : static_cast<Transport&>(mpi_transport));
   try {
-    run_allreduce(transport, b, algo, o.op, o.root, &host_of());
+    body(transport);
   } catch (const std::exception& e) {
     const std::string reason = cat(op.work->description(), " failed on rank ", rank(),
                                    " (timeout ", op.timeout.count(), " ms): ", e.what());

@@ -1,7 +1,9 @@
 #include "ringflow/comm/group/queued_process_group.h"
 
+#include <cstring>
 #include <utility>
 
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -55,7 +57,28 @@ Traffic QueuedProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, 
 
 QueuedProcessGroup::~QueuedProcessGroup() { stop(); }
 
-void QueuedProcessGroup::start() { thread_ = std::thread([this] { run_loop(); }); }
+void QueuedProcessGroup::start() {
+  thread_ = std::thread([this] { run_loop(); });
+  const int err = pthread_getcpuclockid(thread_.native_handle(), &thread_clock_);
+  RF_CHECK(err == 0, "pthread_getcpuclockid of the communication thread: ", std::strerror(err));
+}
+
+std::chrono::nanoseconds QueuedProcessGroup::comm_thread_cpu_time() const {
+  timespec t{};
+  if (!thread_.joinable() || clock_gettime(thread_clock_, &t) != 0) return {};
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
+std::vector<int> QueuedProcessGroup::comm_thread_cpus() {
+  RF_CHECK(thread_.joinable(), "comm_thread_cpus: the communication thread has stopped");
+  return thread_cpus(thread_.native_handle());
+}
+
+void QueuedProcessGroup::set_comm_thread_cpus(const std::vector<int>& cpus) {
+  RF_CHECK(thread_.joinable(), "set_comm_thread_cpus: the communication thread has stopped");
+  set_thread_cpus(thread_.native_handle(), cpus,
+                  cat("rank ", rank_, "'s communication thread"));
+}
 
 void QueuedProcessGroup::stop() {
   if (!thread_.joinable()) return;
@@ -118,7 +141,6 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(
     op->fp.seq = counter++;
     work = op->work = std::make_shared<Work>(describe_op(op->fp.seq), waiters_);
     queue_.push_back(std::move(op));
-    queued_.store(queue_.size(), std::memory_order_release);
   }
   queue_cv_.notify_one();
   return work;
@@ -148,19 +170,14 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue_p2p(
 void QueuedProcessGroup::run_loop() {
   for (;;) {
     std::shared_ptr<Op> op;
-    // Spin briefly for the next collective (a bucketed allreduce issues them back to
-    // back) before sleeping: a wake-up costs tens of microseconds on shared cores.
-    const auto until = Clock::now() + std::chrono::microseconds(50);
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
-      std::this_thread::yield();
-    }
     {
+      // Asleep until a collective is queued: no spinning for the next one, whose wake-up
+      // costs microseconds, while the computation that queues it needs the cores.
       std::unique_lock lock(mutex_);
       queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued has run
       op = std::move(queue_.front());
       queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
     }
     const bool was_broken = !broken_reason().empty();
     run(*op);

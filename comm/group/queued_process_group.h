@@ -7,6 +7,8 @@
 // queued with its arguments) and how fingerprints travel.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -38,6 +40,9 @@ class QueuedProcessGroup : public ProcessGroup {
   Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // Empty while usable; the reason once a collective timed out or failed part-way.
   std::string broken_reason() const;
+  std::chrono::nanoseconds comm_thread_cpu_time() const override;
+  void set_comm_thread_cpus(const std::vector<int>& cpus) override;
+  std::vector<int> comm_thread_cpus();  // where it may run now
   // Why the ranks of other nodes are not watched for their exit (PeerWatch::unwatched:
   // the liveness links could not be made); empty when they are or there are none.
   std::string peers_unwatched() const { return peers_ ? peers_->unwatched() : ""; }
@@ -145,12 +150,12 @@ class QueuedProcessGroup : public ProcessGroup {
   int64_t next_p2p_ = 0;  // sends and recvs issued, under mutex_
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<Op>> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), for the comm thread's spin
   bool stopping_ = false;
   std::string broken_;      // under mutex_
   CudaStaging staging_;     // comm thread only
   std::unique_ptr<PeerWatch> peers_;  // set before start()
   std::thread thread_;
+  clockid_t thread_clock_{};  // thread_'s CPU clock while it runs
 };
 
 }  // namespace ringflow::comm
