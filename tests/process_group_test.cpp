@@ -4,7 +4,8 @@
 // (rank r contributes (r+1) * k_i with k_i = 1 + i % 3, so allreduce-sum gives
 // n(n+1)/2 * k_i), counts 0, 1, n+1 and a prime; every allreduce algorithm against MPI's
 // own result on random data; the async contract (Works complete in issue order, wait with
-// a timeout); checking mode reporting a count mismatch; argument errors.
+// a timeout); checking mode reporting a count mismatch; argument errors; the communication
+// thread's CPU clock and placement.
 // Collectives are issued back to back and waited for together: with more ranks than
 // cores each one is slow (docs/allreduce.md), so the 5-rank run stays at a few dozen
 // waits' worth.
@@ -21,6 +22,7 @@
 
 #include "ringflow/comm/algorithms/allreduce.h"
 #include "ringflow/comm/base/build_info.h"
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"
 #include "ringflow/comm/group/mpi_process_group.h"
@@ -440,6 +442,24 @@ TEST_CASE("send and recv around a ring") {
     CHECK_THROWS_WITH_AS(pg.barrier(opts())->wait(), doctest::Contains("unusable since"),
                          CommError);
   }
+}
+
+TEST_CASE("the communication thread: its CPU time read from another thread; placed on a CPU") {
+  auto group = make_group();
+  QueuedProcessGroup& pg = *group;
+  const std::chrono::nanoseconds before = pg.comm_thread_cpu_time();
+  Tensor t = full({1 << 18}, 1.0, DType::f32);
+  for (int k = 0; k < 4; ++k) pg.allreduce(t, opts(ReduceOp::sum, Algorithm::ring))->wait();
+  CHECK(pg.comm_thread_cpu_time() > before);
+  const std::vector<int> cpus = allowed_cpus();
+  pg.set_comm_thread_cpus({cpus.back()});
+  CHECK(pg.comm_thread_cpus() == std::vector<int>{cpus.back()});
+  pg.allreduce(t, opts(ReduceOp::sum, Algorithm::ring))->wait();
+  CHECK(t.to_vector<double>()[0] == std::pow(pg.size(), 5));
+  CHECK_THROWS_WITH_AS(pg.set_comm_thread_cpus({CPU_SETSIZE}), doctest::Contains("not a CPU number"),
+                       std::invalid_argument);
+  pg.set_comm_thread_cpus(cpus);
+  CHECK(pg.comm_thread_cpus() == cpus);
 }
 
 TEST_CASE("async: outstanding Works complete in issue order; wait with a timeout") {
