@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
 #include "ringflow/comm/base/build_info.h"
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
@@ -139,6 +141,8 @@ class Trainer {
   std::string progress(int64_t epoch, int64_t step) const;
   void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps, double images_per_s) const;
   void set_threads_and_batch();
+  void place_threads();
+  std::chrono::nanoseconds comm_cpu_time() const;
   void check_memory();
   void make_data_and_model();
   void resume();
@@ -184,6 +188,7 @@ class Trainer {
   Clock::time_point epoch_start_;  // of the epoch being trained, for the progress line
   int64_t epoch_first_ = 0;        // ... and its first iteration (not 0 when resumed inside it)
   bool tuning_reported_ = false;
+  std::string placement_;       // --comm-thread-cpu: what this rank did, for the header
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
@@ -203,6 +208,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
+  place_threads();
   make_data_and_model();
   check_memory();
   set_steps();
@@ -246,6 +252,38 @@ void Trainer::set_threads_and_batch() {
     local_batch_ = f_.global_batch / per_step;
   }
   global_batch_ = local_batch_ * world_ * f_.grad_accum;
+}
+
+// --comm-thread-cpu: the communication threads (both groups' where NCCL carries the
+// gradients) on a core of their own, the compute threads (and the loader's, started later)
+// on the others (comm/base/cpu_affinity.h).
+void Trainer::place_threads() {
+  if (!pg_ || f_.comm_thread_cpu == "none") return;
+  const std::vector<int> cpus = comm::allowed_cpus();
+  comm::ThreadPlacement p;
+  if (f_.comm_thread_cpu == "auto") {
+    p = comm::place_comm_thread(cpus, setup_.node.local_rank, setup_.node.local_size,
+                                num_threads());
+  } else {
+    p.comm_cpu = std::stoi(f_.comm_thread_cpu);
+    std::copy_if(cpus.begin(), cpus.end(), std::back_inserter(p.compute_cpus),
+                 [&](int c) { return c != *p.comm_cpu; });
+    p.why = fmt::format("communication thread on CPU {}, compute threads on {}", *p.comm_cpu,
+                        comm::cpu_list_text(p.compute_cpus));
+  }
+  placement_ = p.why;
+  if (!p.comm_cpu) return;
+  setup_.pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (setup_.grad_pg != setup_.pg) setup_.grad_pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (!p.compute_cpus.empty()) set_compute_cpus(p.compute_cpus);
+}
+
+// What the communication threads have used of the CPUs so far.
+std::chrono::nanoseconds Trainer::comm_cpu_time() const {
+  if (!pg_) return {};
+  std::chrono::nanoseconds t = setup_.pg->comm_thread_cpu_time();
+  if (setup_.grad_pg != setup_.pg) t += setup_.grad_pg->comm_thread_cpu_time();
+  return t;
 }
 
 // Before the first step: on the CPU, the step's measured estimate against what this host has
@@ -403,6 +441,8 @@ void Trainer::print_header() const {
              setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
              fmt::join(setup_.processes, " "));
+  if (!placement_.empty())
+    fmt::print("--comm-thread-cpu {} on rank 0: {}\n", f_.comm_thread_cpu, placement_);
 }
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
@@ -410,6 +450,7 @@ StepRecord Trainer::step() {
   StepRecord r;
   double* ms = r.figures.phase_ms;
   r.start = Clock::now();
+  const std::chrono::nanoseconds comm_cpu_start = comm_cpu_time();
   for (int k = 0; k < f_.grad_accum; ++k) {
     const bool last = k + 1 == f_.grad_accum;
     auto& t = r.marks.emplace_back();
@@ -468,6 +509,8 @@ StepRecord Trainer::step() {
   r.end = Clock::now();
   r.figures.step_ms = ms_between(r.start, r.end);
   r.figures.comm_total_ms = r.comm.comm_ms;
+  r.figures.comm_cpu_ms =
+      std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
   r.figures.bytes_sent = static_cast<double>(r.comm.traffic.sent);
   r.figures.bytes_received = static_cast<double>(r.comm.traffic.received);
   r.figures = r.figures.with_overlap();

@@ -237,7 +237,8 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
          "the first iterations with several caps (comm/ddp/bucket_tuner.h)")
       ->default_str("25");
   app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
-                 "(no communication, gradients stay local: a reference for measurements only)")
+                 "(no communication, gradients stay local: a reference for measurements only); "
+                 "allreduce: allreduce or noop")
       ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));
   app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
                "after each forward");
@@ -245,6 +246,20 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
                  "for all but the last)")->capture_default_str()->check(bound(1, true));
   app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
+  app.add_option("--comm-thread-cpu", f.comm_thread_cpu, "where the communication thread runs: "
+                 "auto (a core of its own, the compute threads on the rest of this rank's share "
+                 "of the node's cores, where that share holds a core beyond --threads), none "
+                 "(where the OS puts it), or a CPU number (the compute threads on the others)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            if (s == "auto" || s == "none") return std::string();
+            const bool digits = !s.empty() && s.size() < 7 && std::all_of(s.begin(), s.end(), [](char c) {
+              return c >= '0' && c <= '9';
+            });
+            return digits ? std::string() : "expected auto, none or a CPU number, got '" + s + "'";
+          },
+          "auto|none|CPU"));
 }
 
 // Federated averaging and the users' data.
@@ -314,6 +329,11 @@ void check_flag_combinations(const Flags& f) {
             flag, f.sync));
     }
   }
+  const bool hook_applies = f.sync == "ddp" || (f.sync == "allreduce" && f.comm_hook == "noop");
+  if (f.comm_hook != "allreduce" && !hook_applies)
+    throw std::invalid_argument(fmt::format(
+        "--comm-hook {} applies to --sync ddp{}, not --sync {}", f.comm_hook,
+        f.comm_hook == "noop" ? " and allreduce" : "", f.sync));
   if (f.evaluate && f.weights.empty() && f.resume.empty())
     throw std::invalid_argument("--evaluate evaluates the model of --weights FILE or --resume "
                                 "FILE: give one");

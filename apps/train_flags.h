@@ -52,6 +52,7 @@ struct Flags {
   int64_t global_batch = 0;  // 0: --batch-size per rank
   int grad_accum = 1;
   double comm_timeout_s = 300;
+  std::string comm_thread_cpu = "none";  // auto, none or a CPU number
   // Federated averaging (--sync fedavg) and how the data is split among the ranks.
   int64_t local_steps = 0;  // 0: rounds by --local-epochs
   int local_epochs = 0;     // 0: 1 when --local-steps is 0 too
