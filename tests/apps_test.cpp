@@ -231,6 +231,10 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},
       {"--bucket-cap-mb fast", "--bucket-cap-mb: 'fast' is neither a number >= 0 nor auto"},
       {"--bucket-cap-mb -1", "--bucket-cap-mb: '-1' is neither a number >= 0 nor auto"},
+      {"--comm-hook fp16", "--comm-hook fp16 applies to --sync ddp, not --sync none"},
+      {"--sync allreduce --comm-hook fp16", "--comm-hook fp16 applies to --sync ddp, not --sync allreduce"},
+      {"--sync gather-scatter --comm-hook noop", "--comm-hook noop applies to --sync ddp and allreduce"},
+      {"--comm-thread-cpu 1.5", "--comm-thread-cpu: expected auto, none or a CPU number, got '1.5'"},
       // ~100 MiB per 224x224 image: more than any host has, refused before the first step.
       {"--model resnet50 --dataset synthetic --batch-size 10000",
        "--batch-size 10000: a training step of resnet50 needs up to about"},
