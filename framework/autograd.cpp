@@ -228,7 +228,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     // A node that no gradient reached still releases its successors' dependency counts.
     std::vector<Tensor> outputs;
     if (inputs[0].defined()) {
-      outputs = apply_offering(*node, std::move(inputs), buffers_to_offer(*node, buffers, dependencies));
+      outputs = apply_offering(*node, std::move(inputs),
+                               buffers_to_offer(*node, buffers, dependencies));
     }
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
@@ -256,9 +257,9 @@ void set_grad_buffer(const Tensor& leaf, const Tensor& buffer) {
                  buffer.device() == leaf.device() && buffer.is_contiguous(),
              "set_grad_buffer: the buffer (", dtype_name(buffer.dtype()), " ",
              shape_str(buffer.shape()), " on ", buffer.device().str(),
-             buffer.is_contiguous() ? "" : ", not contiguous", ") must be a contiguous ",
+             buffer.is_contiguous() ? "" : ", not contiguous", ") must be contiguous and ",
              dtype_name(leaf.dtype()), " ", shape_str(leaf.shape()), " on ", leaf.device().str(),
-             " as the leaf");
+             ", as the leaf is");
   }
   leaf.impl()->meta().grad_buffer = buffer.defined() ? std::make_shared<Tensor>(buffer) : nullptr;
 }
