@@ -123,7 +123,7 @@ View Tensor::kernel_view() const {
   v.dtype = t.dtype;
   v.shape = t.shape;
   v.strides = t.strides;
-  v.derived = &t.storage->derived();
+  v.derived = t.storage->shared() ? nullptr : &t.storage->derived();
   v.version = t.storage->version();
   return v;
 }
