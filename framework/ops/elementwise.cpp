@@ -46,14 +46,19 @@ Tensor output_for(const Shape& shape, const Tensor& a, const Tensor& b) {
   return empty(shape, a.dtype(), a.device());
 }
 
+// What the kernel sees of t broadcast to shape (an operand of that shape as it is: the
+// common case, without the views that expand makes).
+View broadcast_view(const Tensor& t, const Shape& shape) {
+  return t.shape() == shape ? t.kernel_view() : t.detach().expand(shape).kernel_view();
+}
+
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same(a, b, binary_op_name(op));
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
   Tensor out = output_for(shape, a, b);
   if (out.numel() > 0)
     kernel(a.device(), &Backend::binary, binary_op_name(op))(
-        op, out.kernel_view(), a.detach().expand(shape).kernel_view(),
-        b.detach().expand(shape).kernel_view());
+        op, out.kernel_view(), broadcast_view(a, shape), broadcast_view(b, shape));
   return out;
 }
 
@@ -252,8 +257,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor out = output_for(shape, a, b);
   if (out.numel() > 0)
     kernel(a.device(), &Backend::where, "where")(
-        out.kernel_view(), cond.detach().expand(shape).kernel_view(),
-        a.detach().expand(shape).kernel_view(), b.detach().expand(shape).kernel_view());
+        out.kernel_view(), broadcast_view(cond, shape), broadcast_view(a, shape),
+        broadcast_view(b, shape));
   if (grad_needed({a, b}))
     record("WhereBackward", {a, b}, out,
            [c = cond.detach(), sa = a.shape(), sb = b.shape()](const Tensor& g) {
