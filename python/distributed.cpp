@@ -172,7 +172,7 @@ Ddp make_ddp(const py::object& module, std::shared_ptr<comm::ProcessGroup> pg, d
   o.algorithm = comm::algorithm_from_name(algorithm);
   o.timeout = initialized().timeout;
   o.comm_hook = comm::make_comm_hook(comm_hook);
-  nn::ModulePtr held = hold_module(module);
+  nn::ModulePtr held = hold_module(module, "DistributedDataParallel");
   if (!pg) pg = initialized().pg;
   py::gil_scoped_release release;  // construction is collective
   return Ddp{module, std::make_unique<comm::DistributedDataParallel>(held, pg, o)};
