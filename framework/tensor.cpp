@@ -452,9 +452,14 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& grad) const {
-  if (grad.defined())
+  if (grad.defined()) {
     RF_CHECK(grad.shape() == shape(), "set_grad: gradient of shape ", shape_str(grad.shape()),
              " for a tensor of shape ", shape_str(shape()));
+    // The optimizers and the DDP reducer read a gradient as its parameter's dtype and device.
+    RF_CHECK(grad.dtype() == dtype() && grad.device() == device(), "set_grad: a ", dtype_name(grad.dtype()),
+             " gradient on ", grad.device().str(), " for a ", dtype_name(dtype()), " tensor on ",
+             device().str(), " (convert it first with to())");
+  }
   checked().meta().grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
 }
 

@@ -76,8 +76,8 @@ Tensor as_tensor(const py::handle& obj);
 
 // A C++ owner of a Python-made module: a Module subclass written in Python lives in its Python
 // object, which the returned pointer keeps alive (a plain holder would let Python free it
-// while C++ still calls its forward).
-nn::ModulePtr hold_module(const py::handle& module);
+// while C++ still calls its forward). Anything but a Module is a TypeError naming `what`.
+nn::ModulePtr hold_module(const py::handle& module, const char* what);
 
 // Keeps `owner` alive until the returned function runs (or its last copy is gone), then lets
 // go of it with the GIL held, from whatever thread: a Storage's release for memory that a

@@ -90,7 +90,11 @@ void bind_datasets(py::module_& m) {
            py::arg("dataset"), py::arg("indices"));
   py::class_<TensorDataset, data::Dataset, std::shared_ptr<TensorDataset>>(m, "TensorDataset")
       .def(py::init([](const py::object& images, const py::object& labels) {
-             return std::make_shared<TensorDataset>(as_tensor(images), as_tensor(labels));
+             const Tensor x = as_tensor(images), l = as_tensor(labels);
+             RF_CHECK(!is_floating(l.dtype()), "TensorDataset: labels must be integer class indices, got ",
+                      dtype_name(l.dtype()));
+             py::gil_scoped_release release;  // converts all the images
+             return std::make_shared<TensorDataset>(x, l);
            }),
            py::arg("images"), py::arg("labels"));
 }

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ringflow/python/bindings.h"
 #include "ringflow/comm/ddp/comm_hooks.h"
@@ -71,7 +73,46 @@ void init_process_group(std::optional<std::string> backend, std::optional<Second
   default_group() = std::move(group);
 }
 
-comm::ProcessGroup& group_or_default(comm::ProcessGroup* pg) { return pg ? *pg : *initialized().pg; }
+// Groups that destroy_process_group() closed. Python may still hold one (dist.group(), a
+// DistributedDataParallel): a collective on it raises rather than run on a group the program
+// let go of. Weak: a group no one holds is gone, and its address may be reused. Read and
+// written with the GIL released, hence the lock.
+struct ClosedGroups {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<comm::ProcessGroup>> groups;
+};
+
+ClosedGroups& closed_groups() {
+  static ClosedGroups closed;
+  return closed;
+}
+
+void check_open(const comm::ProcessGroup& pg, const std::string& what) {
+  ClosedGroups& closed = closed_groups();
+  std::lock_guard lock(closed.mutex);
+  std::erase_if(closed.groups, [](const auto& w) { return w.expired(); });
+  for (const auto& w : closed.groups)
+    if (w.lock().get() == &pg)
+      throw std::runtime_error(what + ": the process group was destroyed (destroy_process_group()); "
+                               "call init_process_group() for a new one");
+}
+
+void destroy_process_group() {
+  if (!default_group()) return;
+  {
+    ClosedGroups& closed = closed_groups();
+    std::lock_guard lock(closed.mutex);
+    closed.groups.push_back(default_group()->pg);
+    closed.groups.push_back(default_group()->launched.group);  // under an NCCL group
+  }
+  default_group().reset();
+}
+
+comm::ProcessGroup& group_or_default(comm::ProcessGroup* pg, const char* what) {
+  if (!pg) return *initialized().pg;
+  check_open(*pg, what);
+  return *pg;
+}
 
 // The collective's Work, or None once waited for (async_op=False).
 std::optional<std::shared_ptr<comm::Work>> finish(std::shared_ptr<comm::Work> work, bool async_op) {
@@ -109,7 +150,8 @@ void bind_group(py::module_& m) {
         py::arg("launcher") = "auto", py::arg("device_id") = py::none(), release_gil(),
         "Meets the ranks that mpiexec or torchrun started (collective).");
   m.def("is_initialized", [] { return static_cast<bool>(default_group()); });
-  m.def("destroy_process_group", [] { default_group().reset(); }, release_gil());
+  m.def("destroy_process_group", &destroy_process_group, release_gil(),
+        "Closes the default group: collectives on it (a DistributedDataParallel's too) raise after.");
   m.def("get_rank", [] { return initialized().pg->rank(); });
   m.def("get_world_size", [] { return initialized().pg->size(); });
   m.def("get_backend", [] { return initialized().pg->backend_name(); });
@@ -126,26 +168,26 @@ void bind_collectives(py::module_& m) {
   const auto pg_arg = py::arg("group") = py::none();
   m.def("all_reduce", [](const Tensor& t, comm::ReduceOp op, comm::ProcessGroup* pg, bool async_op,
                          const std::string& algorithm) {
-    return finish(group_or_default(pg).allreduce(t, options(op, 0, algorithm)), async_op);
+    return finish(group_or_default(pg, "all_reduce").allreduce(t, options(op, 0, algorithm)), async_op);
   }, py::arg("tensor"), py::arg("op") = comm::ReduceOp::sum, pg_arg, py::arg("async_op") = false,
      py::arg("algorithm") = "auto", release_gil());
   m.def("broadcast", [](const Tensor& t, int src, comm::ProcessGroup* pg, bool async_op) {
-    return finish(group_or_default(pg).broadcast(t, options(comm::ReduceOp::sum, src, "auto")), async_op);
+    return finish(group_or_default(pg, "broadcast").broadcast(t, options(comm::ReduceOp::sum, src, "auto")), async_op);
   }, py::arg("tensor"), py::arg("src") = 0, pg_arg, py::arg("async_op") = false, release_gil());
   m.def("reduce", [](const Tensor& t, int dst, comm::ReduceOp op, comm::ProcessGroup* pg, bool async_op) {
-    return finish(group_or_default(pg).reduce(t, options(op, dst, "auto")), async_op);
+    return finish(group_or_default(pg, "reduce").reduce(t, options(op, dst, "auto")), async_op);
   }, py::arg("tensor"), py::arg("dst") = 0, py::arg("op") = comm::ReduceOp::sum, pg_arg,
      py::arg("async_op") = false, release_gil());
   m.def("all_gather_into_tensor", [](const Tensor& out, const Tensor& in, comm::ProcessGroup* pg, bool async_op) {
-    return finish(group_or_default(pg).allgather(out, in, options(comm::ReduceOp::sum, 0, "auto")), async_op);
+    return finish(group_or_default(pg, "all_gather_into_tensor").allgather(out, in, options(comm::ReduceOp::sum, 0, "auto")), async_op);
   }, py::arg("output_tensor"), py::arg("input_tensor"), pg_arg, py::arg("async_op") = false, release_gil());
   m.def("reduce_scatter_tensor", [](const Tensor& out, const Tensor& in, comm::ReduceOp op,
                                     comm::ProcessGroup* pg, bool async_op) {
-    return finish(group_or_default(pg).reduce_scatter(out, in, options(op, 0, "auto")), async_op);
+    return finish(group_or_default(pg, "reduce_scatter_tensor").reduce_scatter(out, in, options(op, 0, "auto")), async_op);
   }, py::arg("output"), py::arg("input"), py::arg("op") = comm::ReduceOp::sum, pg_arg,
      py::arg("async_op") = false, release_gil());
   m.def("barrier", [](comm::ProcessGroup* pg, bool async_op) {
-    return finish(group_or_default(pg).barrier(options(comm::ReduceOp::sum, 0, "auto")), async_op);
+    return finish(group_or_default(pg, "barrier").barrier(options(comm::ReduceOp::sum, 0, "auto")), async_op);
   }, pg_arg, py::arg("async_op") = false, release_gil());
 }
 
@@ -153,7 +195,13 @@ void bind_collectives(py::module_& m) {
 // and attributes it lacks (parameters, state_dict, train, eval, ...) are the module's.
 struct Ddp {
   py::object module;
+  std::shared_ptr<comm::ProcessGroup> pg;
   std::unique_ptr<comm::DistributedDataParallel> ddp;
+
+  Tensor forward(const Tensor& x) {
+    check_open(*pg, "DistributedDataParallel");
+    return ddp->forward(x);
+  }
 };
 
 struct NoSyncScope {
@@ -165,6 +213,9 @@ struct NoSyncScope {
 Ddp make_ddp(const py::object& module, std::shared_ptr<comm::ProcessGroup> pg, double bucket_cap_mb,
              bool broadcast_buffers, bool find_unused, const std::string& algorithm,
              const std::string& comm_hook) {
+  nn::ModulePtr held = hold_module(module, "DistributedDataParallel");
+  if (pg) check_open(*pg, "DistributedDataParallel");
+  else pg = initialized().pg;
   comm::DdpOptions o;
   o.bucket_cap_mb = bucket_cap_mb;
   o.broadcast_buffers = broadcast_buffers;
@@ -172,10 +223,8 @@ Ddp make_ddp(const py::object& module, std::shared_ptr<comm::ProcessGroup> pg, d
   o.algorithm = comm::algorithm_from_name(algorithm);
   o.timeout = initialized().timeout;
   o.comm_hook = comm::make_comm_hook(comm_hook);
-  nn::ModulePtr held = hold_module(module);
-  if (!pg) pg = initialized().pg;
   py::gil_scoped_release release;  // construction is collective
-  return Ddp{module, std::make_unique<comm::DistributedDataParallel>(held, pg, o)};
+  return Ddp{module, pg, std::make_unique<comm::DistributedDataParallel>(held, pg, o)};
 }
 
 void bind_ddp(py::module_& m) {
@@ -193,8 +242,8 @@ void bind_ddp(py::module_& m) {
            py::arg("bucket_cap_mb") = 25.0, py::arg("broadcast_buffers") = true,
            py::arg("find_unused_parameters") = false, py::kw_only(), py::arg("algorithm") = "auto",
            py::arg("comm_hook") = "allreduce")
-      .def("forward", [](Ddp& d, const Tensor& x) { return d.ddp->forward(x); }, py::arg("input"), release_gil())
-      .def("__call__", [](Ddp& d, const Tensor& x) { return d.ddp->forward(x); }, py::arg("input"), release_gil())
+      .def("forward", &Ddp::forward, py::arg("input"), release_gil())
+      .def("__call__", &Ddp::forward, py::arg("input"), release_gil())
       .def_readonly("module", &Ddp::module)
       .def("no_sync", [](const py::object& self) { return std::make_unique<NoSyncScope>(self); },
            "Inside, training forwards' backwards accumulate gradients locally (no communication).")

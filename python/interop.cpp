@@ -1,5 +1,5 @@
-// Tensors shared with NumPy and PyTorch without copies. In: from_numpy (anything with the
-// buffer protocol, held through it until the last tensor over it is gone) and from_dlpack
+// Tensors shared with NumPy and PyTorch without copies. In: from_numpy (anything writable with
+// the buffer protocol, held through it until the last tensor over it is gone) and from_dlpack
 // (DLPack capsules from torch, NumPy, CuPy, JAX...). Out: Tensor.numpy() and __array__ (an
 // ndarray whose base is the tensor), and __dlpack__ / __dlpack_device__ (for
 // torch.from_dlpack and np.from_dlpack). Memory crossing either way is marked shared, so
@@ -75,10 +75,39 @@ std::string describe_dtype(const py::handle& obj, const std::string& format) {
   return "format '" + format + "'";
 }
 
-Tensor from_buffer(const py::handle& obj) {
+std::string type_name(const py::handle& obj) { return py::type::of(obj).attr("__name__").cast<std::string>(); }
+
+// from_numpy shares or fails; as_tensor and tensor() copy what cannot be shared: a read-only
+// buffer (a memory-mapped file opened 'r', np.frombuffer of bytes, a broadcast view), which
+// in-place ops and optimizers would write (a crash on read-only pages), and strides that are
+// negative or not whole items.
+enum class Sharing { required, or_copy };
+
+// The buffer's strides in items; nullopt where one is negative or not a whole item.
+std::optional<Shape> item_strides(const Py_buffer& v) {
+  Shape strides(static_cast<size_t>(v.ndim));
+  for (int d = 0; d < v.ndim; ++d) {
+    if (v.strides[d] < 0 || v.strides[d] % v.itemsize != 0) return std::nullopt;
+    strides[static_cast<size_t>(d)] = v.strides[d] / v.itemsize;
+  }
+  return strides;
+}
+
+Tensor from_buffer(const py::handle& obj, Sharing sharing) {
+  if (!PyObject_CheckBuffer(obj.ptr()))
+    throw py::type_error("from_numpy: expected a numpy.ndarray (or another object with the buffer protocol), got " +
+                         type_name(obj));
   auto view = std::make_unique<Py_buffer>();
-  if (PyObject_GetBuffer(obj.ptr(), view.get(), PyBUF_STRIDES | PyBUF_FORMAT) != 0)
-    throw py::error_already_set();
+  const int flags = PyBUF_STRIDES | PyBUF_FORMAT;
+  const bool writable = PyObject_GetBuffer(obj.ptr(), view.get(), flags | PyBUF_WRITABLE) == 0;
+  if (!writable) {
+    PyErr_Clear();
+    if (sharing == Sharing::required)
+      throw py::value_error("from_numpy: the array is read-only (a.flags.writeable is False: a memory-mapped file, "
+                            "np.frombuffer of bytes, a broadcast view); a tensor over it could be written in place. "
+                            "Copy it instead: ringflow.tensor(a), or numpy.array(a) first");
+    if (PyObject_GetBuffer(obj.ptr(), view.get(), flags) != 0) throw py::error_already_set();
+  }
   // The capsule releases the buffer when the last tensor over it is gone.
   py::capsule owner(view.get(), [](void* p) {
     auto* v = static_cast<Py_buffer*>(p);
@@ -92,15 +121,17 @@ Tensor from_buffer(const py::handle& obj) {
     throw py::type_error("from_numpy: " + describe_dtype(obj, format) +
                          " has no ringflow dtype (float32, float64, float16, int32, int64); "
                          "convert it first, e.g. a.astype(numpy.float32)");
-  Shape shape(v.shape, v.shape + v.ndim), strides(static_cast<size_t>(v.ndim));
-  for (int d = 0; d < v.ndim; ++d) {
-    if (v.strides[d] < 0 || v.strides[d] % v.itemsize != 0)
-      throw py::value_error("from_numpy: strides (bytes) " + py::repr(py::cast(Shape(v.strides, v.strides + v.ndim))).cast<std::string>() +
-                            " are negative or not whole items of " + std::to_string(v.itemsize) +
-                            " bytes; copy it first, e.g. numpy.ascontiguousarray(a)");
-    strides[static_cast<size_t>(d)] = v.strides[d] / v.itemsize;
-  }
-  return from_blob(v.buf, shape, strides, *dtype, Device::cpu(), release_with_gil(std::move(owner)));
+  const Shape shape(v.shape, v.shape + v.ndim);
+  const std::optional<Shape> strides = item_strides(v);
+  if (!strides && sharing == Sharing::required)
+    throw py::value_error("from_numpy: strides (bytes) " + py::repr(py::cast(Shape(v.strides, v.strides + v.ndim))).cast<std::string>() +
+                          " are negative or not whole items of " + std::to_string(v.itemsize) +
+                          " bytes; copy it first, e.g. numpy.ascontiguousarray(a)");
+  if (writable && strides)
+    return from_blob(v.buf, shape, *strides, *dtype, Device::cpu(), release_with_gil(std::move(owner)));
+  Tensor copy = empty(shape, *dtype);
+  if (PyBuffer_ToContiguous(copy.raw_data(), &v, v.len, 'C') != 0) throw py::error_already_set();
+  return copy;
 }
 
 const char* numpy_name(DType d) {
@@ -275,7 +306,14 @@ void collect(const py::handle& obj, size_t depth, const Shape& shape, std::vecto
     if (is_sequence(obj))
       throw py::value_error("tensor(): ragged nested sequence (a sequence where a number was expected)");
     ints = ints && (py::isinstance<py::int_>(obj) || py::isinstance<py::bool_>(obj));
-    values.push_back(obj.cast<double>());
+    double value = 0;
+    try {
+      value = obj.cast<double>();
+    } catch (const py::cast_error&) {
+      throw py::type_error("expected a number (or nested lists of numbers, an array, a tensor), got " +
+                           py::repr(obj).cast<std::string>() + " of type " + type_name(obj));
+    }
+    values.push_back(value);
     return;
   }
   if (!is_sequence(obj))
@@ -312,8 +350,10 @@ Tensor copy_of(const py::object& data, std::optional<DType> dtype, std::optional
 
 Tensor as_tensor(const py::handle& obj) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
+  // The buffer first: NumPy offers both, and only the buffer protocol copes with a read-only
+  // array (NumPy's __dlpack__ refuses one).
+  if (PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj, Sharing::or_copy);
   if (py::hasattr(obj, "__dlpack__")) return from_dlpack(py::reinterpret_borrow<py::object>(obj));
-  if (PyObject_CheckBuffer(obj.ptr())) return from_buffer(obj);
   return copy_of(py::reinterpret_borrow<py::object>(obj), std::nullopt, std::nullopt, false);
 }
 
@@ -328,8 +368,9 @@ void bind_interop(py::module_& m) {
       .def("__dlpack_device__", [](const Tensor& t) {
         return t.device().is_cuda() ? std::pair{int{kDLCUDA}, t.device().index} : std::pair{int{kDLCPU}, 0};
       });
-  m.def("from_numpy", &from_buffer, py::arg("ndarray"),
-        "A tensor over the array's memory (no copy); the array stays alive while the tensor does.");
+  m.def("from_numpy", [](const py::handle& a) { return from_buffer(a, Sharing::required); }, py::arg("ndarray"),
+        "A tensor over the array's memory (no copy); the array stays alive while the tensor does. "
+        "Read-only arrays are refused (ringflow.tensor copies them).");
   m.def("from_dlpack", &from_dlpack, py::arg("ext_tensor"),
         "A tensor over another framework's tensor (no copy), through its __dlpack__ or a capsule.");
   m.def("as_tensor", [](const py::object& data, std::optional<DType> dtype, std::optional<Device> device) {

@@ -57,6 +57,9 @@ void bind_autocast(py::module_& m) {
                throw py::value_error("autocast: device_type '" + device_type +
                                      "' (choices: cpu, cuda)");
              const DType d = dtype.value_or(device_type == "cpu" ? DType::bf16 : DType::f16);
+             if (d != DType::bf16 && d != DType::f16)
+               throw py::value_error("autocast: dtype " + py::repr(py::cast(d)).cast<std::string>() +
+                                     " (choices: ringflow.float16, ringflow.bfloat16)");
              return Autocast{d, enabled, {}};
            }),
            py::arg("device_type") = "cpu", py::arg("dtype") = py::none(), py::arg("enabled") = true)

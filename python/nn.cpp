@@ -19,11 +19,25 @@
 namespace ringflow::python {
 namespace {
 
-// The trampoline: C++ calls to forward() reach the Python subclass's forward.
+// The trampoline: C++ calls to forward() reach the Python subclass's forward (with the GIL
+// taken again), and say so, as torch.nn.Module does, when it has none or returns no Tensor.
 class PyModule : public nn::Module {
  public:
   PyModule() : nn::Module("Module") {}
-  Tensor forward(const Tensor& x) override { PYBIND11_OVERRIDE_PURE(Tensor, nn::Module, forward, x); }
+  Tensor forward(const Tensor& x) override {
+    py::gil_scoped_acquire gil;
+    const py::function fn = py::get_override(static_cast<const nn::Module*>(this), "forward");
+    const std::string name = py::type::of(py::cast(static_cast<nn::Module*>(this))).attr("__name__").cast<std::string>();
+    if (!fn) {
+      PyErr_SetString(PyExc_NotImplementedError, ("Module [" + name + "] is missing the required \"forward\" function").c_str());
+      throw py::error_already_set();
+    }
+    const py::object out = fn(x);
+    if (!py::isinstance<Tensor>(out))
+      throw py::type_error(name + ".forward returned " + py::type::of(out).attr("__name__").cast<std::string>() +
+                           "; a Module that C++ calls (in Sequential or DistributedDataParallel) must return one Tensor");
+    return out.cast<Tensor>();
+  }
 };
 
 // Module's registration functions are protected: for the C++ API they are a subclass's own
@@ -35,7 +49,7 @@ struct ModuleAccess : nn::Module {
 };
 
 void add_child(nn::Module& m, const std::string& name, const py::handle& child) {
-  (m.*&ModuleAccess::add_child)(name, hold_module(child));
+  (m.*&ModuleAccess::add_child)(name, hold_module(child, "add_module"));
 }
 
 py::object own_attribute(nn::Module& m, const std::string& name) {
@@ -276,11 +290,11 @@ void bind_containers_and_pools(py::module_& nn) {
   LayerClass<nn::Sequential>(nn, "Sequential")
       .def(py::init([](const py::args& modules) {
         auto s = std::make_shared<nn::Sequential>();
-        for (const py::handle& m : modules) s->push_back(hold_module(m));
+        for (const py::handle& m : modules) s->push_back(hold_module(m, "Sequential"));
         return s;
       }))
       .def("append", [](const py::object& self, const py::object& module) {
-        self.cast<nn::Sequential&>().push_back(hold_module(module));
+        self.cast<nn::Sequential&>().push_back(hold_module(module, "Sequential.append"));
         return self;
       }, py::arg("module"))
       .def("__len__", &nn::Sequential::size)
@@ -361,6 +375,7 @@ void bind_init(py::module_& nn) {
 void bind_models(py::module_& models) {
   models.def("make", [](const std::string& name, int64_t num_classes, Generator* gen, bool aux_logits,
                         double dropout) {
+    RF_CHECK(num_classes >= 0, "models.make: num_classes ", num_classes, " is negative (0: the model's default)");
     return models::make_model(name, num_classes, {gen, aux_logits, dropout});
   }, py::arg("name"), py::arg("num_classes") = 0, py::arg("generator") = py::none(),
      py::arg("aux_logits") = true, py::arg("dropout") = 0.5, release_gil(),
@@ -373,7 +388,10 @@ void bind_models(py::module_& models) {
 
 }  // namespace
 
-nn::ModulePtr hold_module(const py::handle& module) {
+nn::ModulePtr hold_module(const py::handle& module, const char* what) {
+  if (!py::isinstance<nn::Module>(module))
+    throw py::type_error(std::string(what) + ": expected a ringflow.nn.Module, got " +
+                         py::type::of(module).attr("__name__").cast<std::string>());
   auto held = module.cast<nn::ModulePtr>();
   if (!dynamic_cast<PyModule*>(held.get())) return held;
   // The Python object owns the module; the pointer owns a reference to the Python object.

@@ -14,9 +14,22 @@
 namespace ringflow::python {
 namespace {
 
-std::vector<Tensor> parameter_list(const py::iterable& params) {
+// what: the caller, for messages ("SGD").
+std::vector<Tensor> parameter_list(const py::iterable& params, const char* what) {
   std::vector<Tensor> out;
-  for (const py::handle& p : params) out.push_back(p.cast<Tensor>());
+  for (const py::handle& p : params) {
+    if (!py::isinstance<Tensor>(p))
+      throw py::type_error(std::string(what) + ": parameters must be ringflow tensors (e.g. model.parameters()); item " +
+                           std::to_string(out.size()) + " is of type " + py::type::of(p).attr("__name__").cast<std::string>());
+    out.push_back(p.cast<Tensor>());
+  }
+  return out;
+}
+
+// An optimizer's parameters: as PyTorch, an empty list is refused (a generator used up).
+std::vector<Tensor> optimizer_parameters(const py::iterable& params, const char* what) {
+  std::vector<Tensor> out = parameter_list(params, what);
+  if (out.empty()) throw py::value_error(std::string(what) + ": got an empty parameter list");
   return out;
 }
 
@@ -44,7 +57,7 @@ void bind_optimizers(py::module_& m) {
   py::class_<optim::SGD, optim::Optimizer>(m, "SGD")
       .def(py::init([](const py::iterable& params, double lr, double momentum, double dampening,
                        double weight_decay, bool nesterov) {
-             return std::make_unique<optim::SGD>(parameter_list(params),
+             return std::make_unique<optim::SGD>(optimizer_parameters(params, "SGD"),
                                                  optim::SGDOptions{lr, momentum, dampening, weight_decay, nesterov});
            }),
            py::arg("params"), py::arg("lr") = 0.01, py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
@@ -55,14 +68,14 @@ void bind_optimizers(py::module_& m) {
   py::class_<optim::Adam, optim::Optimizer>(m, "Adam")
       .def(py::init([adam_options](const py::iterable& params, double lr, std::pair<double, double> betas,
                                    double eps, double weight_decay) {
-             return std::make_unique<optim::Adam>(parameter_list(params), adam_options(lr, betas, eps, weight_decay));
+             return std::make_unique<optim::Adam>(optimizer_parameters(params, "Adam"), adam_options(lr, betas, eps, weight_decay));
            }),
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair{0.9, 0.999},
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0);
   py::class_<optim::AdamW, optim::Adam>(m, "AdamW")
       .def(py::init([adam_options](const py::iterable& params, double lr, std::pair<double, double> betas,
                                    double eps, double weight_decay) {
-             return std::make_unique<optim::AdamW>(parameter_list(params), adam_options(lr, betas, eps, weight_decay));
+             return std::make_unique<optim::AdamW>(optimizer_parameters(params, "AdamW"), adam_options(lr, betas, eps, weight_decay));
            }),
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair{0.9, 0.999},
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2);
@@ -134,7 +147,7 @@ void bind_optim(py::module_& optim, py::module_& nn_utils) {
   bind_schedulers(optim);
   bind_grad_scaler(optim);
   nn_utils.def("clip_grad_norm_", [](const py::iterable& params, double max_norm, double norm_type) {
-    const std::vector<Tensor> list = parameter_list(params);
+    const std::vector<Tensor> list = parameter_list(params, "clip_grad_norm_");
     py::gil_scoped_release release;
     return optim::clip_grad_norm_(list, max_norm, norm_type);
   }, py::arg("parameters"), py::arg("max_norm"), py::arg("norm_type") = 2.0,

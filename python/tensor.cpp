@@ -42,9 +42,11 @@ Tensor convert(const Tensor& t, const py::args& args, const py::kwargs& kwargs) 
 
 // Nested lists of the values, as tolist().
 py::object to_list(const Tensor& t) {
-  const Tensor host = t.to(Device::cpu()).contiguous();
   const bool integral = !is_floating(t.dtype());
-  const std::vector<double> values = host.to(DType::f64).to_vector<double>();
+  const std::vector<double> values = [&] {
+    py::gil_scoped_release release;  // a copy from the device, a conversion
+    return t.to(Device::cpu()).contiguous().to(DType::f64).to_vector<double>();
+  }();
   const Shape& shape = t.shape();
   std::function<py::object(size_t, size_t)> level = [&](size_t d, size_t base) -> py::object {
     if (d == shape.size()) {

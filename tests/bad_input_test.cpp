@@ -36,6 +36,24 @@ TEST_CASE("bad dims, labels and backward arguments") {
   CHECK_THROWS_WITH_AS(gather(zeros({2, 3}), 1, from_vector({0, 5}, {2, 1}, DType::i64)), Contains("[0, 3)"), std::invalid_argument);
 }
 
+TEST_CASE("a tensor whose bytes overflow is refused before anything is allocated") {
+  // (2^62) f32 elements fit int64 but their 2^64 bytes do not: no allocation of 0 bytes.
+  CHECK_THROWS_WITH_AS(zeros({int64_t{1} << 62}), Contains("(4611686018427387904,) and dtype f32"),
+                       std::overflow_error);
+  CHECK_THROWS_WITH_AS(empty({int64_t{1} << 31, int64_t{1} << 31, 4}, DType::f64), Contains("int64"),
+                       std::overflow_error);
+}
+
+TEST_CASE("a gradient set by hand must match its tensor's shape, dtype and device") {
+  Tensor w = zeros({2, 3});
+  w.requires_grad_();
+  CHECK_THROWS_WITH_AS(w.set_grad(zeros({3, 2})), Contains("(3, 2)"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(w.set_grad(zeros({2, 3}, DType::f64)), Contains("a f64 gradient on cpu for a f32 tensor"),
+                       std::invalid_argument);
+  w.set_grad(ones({2, 3}));
+  CHECK(sum(w.grad()).item() == 6.0);
+}
+
 // What a file holds reaches messages escaped (framework/printable.h): a corrupt header must
 // not print raw bytes or terminal escapes; text in valid UTF-8 stays readable.
 TEST_CASE("text from files is escaped in messages: control bytes and invalid UTF-8") {

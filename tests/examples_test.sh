@@ -12,10 +12,14 @@
 #   is built with its Makefile (pkg-config) and with its CMakeLists.txt (find_package), and
 #   each build runs briefly: the custom layer trains, the data-parallel program's replicas
 #   end identical under mpiexec.
+# - where the Python module was built (PYTHON and SITE_DIR given): `import ringflow` works
+#   from the installed site-packages on PYTHONPATH, finding the installed libraries by its
+#   relative rpath; and for the prefixes /usr and /usr/local, SITE_DIR is on that Python's
+#   own sys.path (no PYTHONPATH needed).
 #
-# usage: examples_test.sh BUILD_DIR SOURCE_DIR MPIEXEC PREFIX
+# usage: examples_test.sh BUILD_DIR SOURCE_DIR MPIEXEC PREFIX [PYTHON SITE_DIR]
 set -eu
-build=$1 src=$2 mpiexec=$3 prefix=$4
+build=$1 src=$2 mpiexec=$3 prefix=$4 python=${5:-} site_dir=${6:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 unset LD_LIBRARY_PATH
@@ -59,6 +63,24 @@ done
 grep -q '"type":"epoch"' "$tmp/train.jsonl" ||
   { cat "$tmp/train.out"; echo "examples: the installed ringflow-train wrote no epoch record"; exit 1; }
 echo "examples: $P/bin/ringflow-train trained on Fashion-MNIST"
+
+if [ -n "$python" ]; then
+  [ -n "$(find "$tmp/root$site_dir" -maxdepth 1 -name 'ringflow*.so')" ] ||
+    { echo "examples: no ringflow module installed in $site_dir"; exit 1; }
+  # From a folder holding no build tree, so that nothing but PYTHONPATH can find the module.
+  (cd "$tmp" && PYTHONPATH=$tmp/root$site_dir "$python" -c '
+import ringflow as rf, sys
+assert rf.__file__.startswith(sys.argv[1]), rf.__file__
+x = rf.ones(2, 3, requires_grad=True)
+(x * 2).sum().backward()
+assert x.grad.tolist() == [[2.0] * 3] * 2
+print("examples: import ringflow from", rf.__file__)' "$tmp/root$site_dir")
+  case $prefix in
+    /usr|/usr/local)
+      "$python" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$site_dir" ||
+        { echo "examples: $python does not read $site_dir (its sys.path)"; exit 1; } ;;
+  esac
+fi
 
 # find_package(ringflow VERSION) accepts this version and refuses the next minor one.
 version=$(pkg-config --modversion ringflow)

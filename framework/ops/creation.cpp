@@ -1,5 +1,6 @@
 // Creation ops: allocation, constants, ranges and random tensors.
 #include <cmath>
+#include <stdexcept>
 
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -9,8 +10,13 @@ namespace {
 
 Tensor allocate(const Shape& shape, Shape strides, DType dtype, Device device) {
   for (int64_t s : shape) RF_CHECK(s >= 0, "negative size in shape ", shape_str(shape));
+  // A product that wraps around would allocate a few bytes for a huge tensor.
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &nbytes))
+    throw std::overflow_error(cat("a tensor of shape ", shape_str(shape), " and dtype ", dtype_name(dtype),
+                                  " has more bytes than int64 holds"));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(nbytes), device);
   impl->shape = shape;
   impl->strides = std::move(strides);
   impl->dtype = dtype;

@@ -1,7 +1,14 @@
-"""One rank of test_distributed.py's run (mpiexec -n 2): collectives on the default group, and
-DistributedDataParallel over a Module subclass written in Python checked against one process
-training on the whole batch. Exits non-zero with a message on any difference."""
+"""One rank of test_distributed.py's run (mpiexec -n 2, or torchrun): collectives on the default
+group, DistributedDataParallel over a Module subclass written in Python checked against one
+process training on the whole batch, a collective that lets another thread run while it
+waits, and a destroyed group refusing collectives. Exits non-zero with a message on any
+difference.
+
+usage: ddp_worker.py SCRATCH_DIR (a folder both ranks see, for the GIL check's signal)"""
+import os
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -20,9 +27,12 @@ class Net(nn.Module):
         return self.fc2(self.fc1(x).tanh())
 
 
+RANK = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "-1")))  # for messages, group or not
+
+
 def check(ok, what):
     if not ok:
-        print(f"rank {dist.get_rank()}: {what}", file=sys.stderr)
+        print(f"rank {RANK}: {what}", file=sys.stderr)
         sys.exit(1)
 
 
@@ -73,13 +83,75 @@ def ddp_matches_one_process(rank, world):
     check(ddp.module is model and len(ddp.bucket_parameter_names()) == 4, "ddp.module or buckets")
 
 
+def collective_releases_the_gil(rank, scratch):
+    """Rank 0 waits inside all_reduce for rank 1, which comes only once rank 0's other thread
+    has run during that wait and said so in a file. With a switch interval far longer than the
+    test, that thread can run only if all_reduce released the GIL; if it did not, rank 1 comes
+    after 60 s anyway and rank 0 reports the failure."""
+    signal = os.path.join(scratch, "rank0-thread-ran")
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(signal) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        dist.all_reduce(rf.ones(1))
+        return
+    inside = threading.Event()
+
+    def other_thread():
+        while not inside.is_set():
+            time.sleep(0.001)
+        with open(signal, "w") as f:  # runs only while the main thread is in all_reduce
+            f.write("ran")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    thread = threading.Thread(target=other_thread)
+    try:
+        thread.start()
+        inside.set()
+        dist.all_reduce(rf.ones(1))
+        ran = os.path.exists(signal)
+    finally:
+        inside.set()
+        sys.setswitchinterval(interval)
+        thread.join()
+    check(ran, "another thread could not run while all_reduce waited (the GIL was held)")
+
+
+def expect_error(fn, words, what):
+    try:
+        fn()
+    except RuntimeError as e:
+        check(words in str(e), f"{what}: the message '{e}' lacks '{words}'")
+        return
+    check(False, f"{what}: no error")
+
+
+def destroyed_group_refuses(rank):
+    """After destroy_process_group, the default group's functions, a group kept from before and
+    a DistributedDataParallel made before raise, naming what to do."""
+    model = Net()
+    ddp = dist.DistributedDataParallel(model)
+    group = dist.group()
+    dist.barrier()
+    dist.destroy_process_group()
+    t = rf.ones(2)
+    expect_error(lambda: dist.all_reduce(t), "init_process_group", "all_reduce after destroy")
+    expect_error(lambda: dist.get_rank(), "init_process_group", "get_rank after destroy")
+    expect_error(lambda: dist.broadcast(t, group=group), "was destroyed", "broadcast on a kept group")
+    expect_error(lambda: ddp(rf.ones(2, 6)), "was destroyed", "a DistributedDataParallel of the group")
+    expect_error(lambda: dist.DistributedDataParallel(model, process_group=group), "was destroyed",
+                 "a new DistributedDataParallel on the group")
+    check(t.tolist() == [1.0, 1.0] and not dist.is_initialized(), "the refused calls changed something")
+
+
 def main():
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     collectives(rank, world)
     ddp_matches_one_process(rank, world)
-    dist.barrier()
-    dist.destroy_process_group()
+    collective_releases_the_gil(rank, sys.argv[1])
+    destroyed_group_refuses(rank)
     print(f"rank {rank} of {world}: ok")
 
 

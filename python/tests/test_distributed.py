@@ -1,6 +1,7 @@
 """ringflow.distributed with 2 ranks started by mpiexec and by torchrun (ddp_worker.py):
 collectives and DistributedDataParallel over a Python Module subclass, against one
-process's training."""
+process's training; the GIL released while a collective waits; a destroyed group refusing
+collectives."""
 import os
 import pathlib
 import socket
@@ -24,18 +25,19 @@ def run(command, timeout=240):
     assert "rank 0 of 2: ok" in r.stdout and "rank 1 of 2: ok" in r.stdout
 
 
-def test_two_ranks_under_mpiexec():
-    run([MPIEXEC, "-n", "2", sys.executable, WORKER])
+def test_two_ranks_under_mpiexec(tmp_path):
+    run([MPIEXEC, "-n", "2", sys.executable, WORKER, str(tmp_path)])
 
 
-def test_two_ranks_under_torchrun():
+def test_two_ranks_under_torchrun(tmp_path):
     pytest.importorskip("torch")
     with socket.socket() as s:  # a free port for torchrun's rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # --redirects/--tee: Debian's torch 1.13 fails to report exits without them.
     run([sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--monitor_interval",
-         "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", WORKER])
+         "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", WORKER,
+         str(tmp_path)])
 
 
 def test_one_process_without_a_launcher():

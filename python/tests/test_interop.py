@@ -144,3 +144,17 @@ def test_dlpack_on_cuda():
     assert s == float((tt * 2).sum())
     back = torch.from_dlpack(r * 3)
     assert back.device.type == "cuda" and back.tolist() == [3.0 * i for i in range(8)]
+
+
+def test_ops_on_non_contiguous_arrays_match_torch():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 8, 8, 3)).astype(np.float32).transpose(0, 3, 1, 2)  # NCHW over NHWC memory
+    w = rng.normal(size=(4, 3, 3, 3)).astype(np.float32)
+    m = rng.normal(size=(5, 12)).astype(np.float32)[:, ::3]  # (5, 4), stride 3
+    shared = rf.from_numpy(x)
+    assert not shared.is_contiguous() and shared.data_ptr() == x.ctypes.data
+    np.testing.assert_allclose(rf.nn.functional.conv2d(shared, rf.from_numpy(w)).numpy(),
+                               torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w)).numpy(),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose((rf.from_numpy(m) @ rf.from_numpy(m.T)).numpy(), m @ m.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(shared.softmax(1).numpy(), torch.from_numpy(x).softmax(1).numpy(), rtol=1e-5, atol=1e-6)

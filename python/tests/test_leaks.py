@@ -1,8 +1,10 @@
 """No leaks and no reference cycles across 10^5 small calls: ops with autograd, a Module
 subclass's forward and backward, NumPy and DLPack round trips. Tensor memory returns to
 where it started (ringflow's allocator counts it), Python's heap does not grow, and the
-calls leave nothing for the cycle collector."""
+calls leave nothing for the cycle collector. Calls that raise leave nothing either: no
+buffer of the arrays they were given is still held."""
 import gc
+import sys
 import tracemalloc
 
 import numpy as np
@@ -68,3 +70,41 @@ def test_modules_are_freed():
     net(rf.ones(1, 4)).sum().backward()
     del net
     assert alive() is None  # freed by reference counting alone, no cycle
+
+
+def failing_calls(n, arrays):
+    """n calls of each kind that raise, or copy what they cannot share."""
+    small, wrong_dtype, read_only = arrays
+    for _ in range(n):
+        for call, error in [(lambda: rf.from_numpy(wrong_dtype), TypeError),
+                            (lambda: rf.from_numpy(small[::-1]), ValueError),
+                            (lambda: rf.from_numpy(read_only), ValueError),
+                            (lambda: rf.from_numpy(small) + rf.ones(3), ValueError),
+                            (lambda: rf.tensor([1.0, "x"]), TypeError)]:
+            try:
+                call()
+            except error:
+                pass
+        rf.as_tensor(read_only)
+
+
+def test_failing_calls_leave_nothing_behind():
+    arrays = (np.ones(8, dtype=np.float32), np.ones(8, dtype=np.uint8), np.broadcast_to(np.ones(2), (4, 2)))
+    failing_calls(100, arrays)  # warm-up
+    gc.collect()
+    refs = [sys.getrefcount(a) for a in arrays]
+    gc.disable()
+    try:
+        tensors_before = rf.memory_allocated()
+        tracemalloc.start()
+        heap_before = tracemalloc.get_traced_memory()[0]
+        failing_calls(CALLS // 10, arrays)
+        heap_growth = tracemalloc.get_traced_memory()[0] - heap_before
+        tracemalloc.stop()
+        cycles = gc.collect()
+    finally:
+        gc.enable()
+    assert [sys.getrefcount(a) for a in arrays] == refs, "a buffer of an array is still held"
+    assert cycles == 0, f"{cycles} objects were only reachable through reference cycles"
+    assert heap_growth < 64 * 1024, f"Python's heap grew by {heap_growth} bytes over {CALLS // 10} x 6 calls"
+    assert rf.memory_allocated() == tensors_before

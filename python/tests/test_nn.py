@@ -1,7 +1,9 @@
 """ringflow.nn: a Module subclass written in Python registers its layers and parameters,
 trains as PyTorch's does on the same data, lives as long as C++ holds it, and saves and
-loads its state; the layers and the model registry keep PyTorch's names."""
+loads its state; the layers and the model registry keep PyTorch's names, so that a saved
+state_dict loads into torchvision's model."""
 import gc
+import json
 import weakref
 
 import numpy as np
@@ -139,3 +141,37 @@ def test_state_dict_round_trip(tmp_path):
     assert a(x).tolist() == b(x).tolist()
     with pytest.raises(ValueError, match="missing"):
         b.load_state_dict({"fc.weight": rf.zeros(10, 1568)})
+
+
+def read_safetensors(path):
+    """A safetensors file read here, as its specification lays it out (an 8-byte little-endian
+    header length, a JSON header, the data), not by ringflow: (metadata, {name: array})."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    dtypes = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+    arrays = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            begin, end = entry["data_offsets"]
+            dtype = np.dtype(dtypes[entry["dtype"]])
+            arrays[name] = np.frombuffer(raw, dtype, (end - begin) // dtype.itemsize, 8 + n + begin).reshape(entry["shape"])
+    return header.get("__metadata__", {}), arrays
+
+
+def test_saved_state_dict_loads_into_torchvision(tmp_path):
+    torchvision = pytest.importorskip("torchvision")
+    rf.manual_seed(0)
+    ours = rf.models.make("resnet18")
+    path = tmp_path / "resnet18.safetensors"
+    rf.save(ours.state_dict(), str(path))
+    metadata, arrays = read_safetensors(path)
+    assert metadata["format"] == "pt"
+    ref = torchvision.models.resnet18()
+    ref.load_state_dict({name: torch.from_numpy(a.copy()) for name, a in arrays.items()})  # strict: every name
+    ours.eval()
+    ref.eval()
+    x = np.random.default_rng(0).normal(size=(2, 3, 64, 64)).astype(np.float32)
+    with rf.no_grad(), torch.no_grad():
+        np.testing.assert_allclose(ours(rf.from_numpy(x)).numpy(), ref(torch.from_numpy(x)).numpy(),
+                                   rtol=1e-4, atol=1e-4)
