@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -36,48 +35,25 @@ std::string from_rank0(comm::ProcessGroup* pg, comm::Timeout timeout,
   return answer["value"].get<std::string>();
 }
 
-// --- The epoch's progress as text in the checkpoint's metadata: numbers that round-trip.
+// --- The epoch's progress as JSON in the checkpoint's metadata: the tally's figures by
+// name (numbers that round-trip), and the loss since the last logged iteration.
 
 std::string progress_text(const EpochProgress& p) {
-  const EpochStats& s = p.stats;
-  const EpochTraffic& t = s.traffic;
-  std::string text;
-  for (double v : {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
-                   static_cast<double>(s.batches), static_cast<double>(s.skipped), t.sent,
-                   t.received, t.model_sent, t.model_received, t.rounds, p.window_loss,
-                   static_cast<double>(p.window)})
-    text += fmt::format("{}{:.17g}", text.empty() ? "" : ",", v);
-  return text;
+  return nlohmann::json{{"tally", p.stats.tally.to_json()}, {"window_loss", p.window_loss},
+                        {"window", p.window}}.dump();
 }
 
 EpochProgress parse_progress(const std::string& text, const std::string& path, const std::string& key) {
-  std::vector<double> v;
-  for (const char* at = text.data(); at <= text.data() + text.size();) {
-    double x = 0;
-    const auto [end, error] = std::from_chars(at, text.data() + text.size(), x);
-    const bool last = end == text.data() + text.size();
-    if (error != std::errc() || !std::isfinite(x) || (!last && *end != ','))
-      throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}' = '{}' is not a "
-                                              "list of finite numbers", path, key, text));
-    v.push_back(x);
-    at = end + 1;
-  }
-  const auto count = [&](size_t k) {
-    if (!(v[k] >= 0 && v[k] <= 9007199254740992.0 && v[k] == std::floor(v[k])))
-      throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}': value {} is "
-                                              "{:g}, not a count", path, key, k, v[k]));
-    return static_cast<int64_t>(v[k]);
-  };
-  if (v.size() != 12)
-    throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}' holds {} numbers, "
-                                            "not 12", path, key, v.size()));
+  const std::string what = fmt::format("checkpoint '{}': metadata 'info.{}'", path, key);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tally") || !j.contains("window_loss") ||
+      !j["window_loss"].is_number() || !j.contains("window") || !j["window"].is_number_unsigned())
+    throw std::invalid_argument(fmt::format("{} = '{}' is not an epoch's progress (tally, "
+                                            "window_loss, window)", what, text));
   EpochProgress p;
-  EpochStats& s = p.stats;
-  s.loss_sum = v[0];
-  s.correct = count(1), s.seen = count(2), s.batches = count(3), s.skipped = count(4);
-  s.traffic = {v[5], v[6], v[7], v[8], v[9]};
-  p.window_loss = v[10];
-  p.window = count(11);
+  p.stats.tally = Tally::from_json(step_metrics().schema, j["tally"], what);
+  p.window_loss = j["window_loss"].get<double>();
+  p.window = j["window"].get<int64_t>();
   return p;
 }
 

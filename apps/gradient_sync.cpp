@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ringflow/apps/step_metrics.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/ops.h"
 
@@ -229,6 +230,16 @@ StepComm& StepComm::operator+=(const StepComm& o) {
   events.insert(events.end(), o.events.begin(), o.events.end());
   waits.insert(waits.end(), o.waits.begin(), o.waits.end());
   return *this;
+}
+
+void StepComm::record(Values& figures) const {
+  const StepMetrics& m = step_metrics();
+  figures[m.comm_total_ms] = comm_ms;
+  figures[m.bytes_sent] = figures[m.epoch_bytes_sent] = static_cast<double>(traffic.sent);
+  figures[m.bytes_received] = figures[m.epoch_bytes_received] = static_cast<double>(traffic.received);
+  figures[m.epoch_bytes_sent_closed_form] = static_cast<double>(model.sent);
+  figures[m.epoch_bytes_received_closed_form] = static_cast<double>(model.received);
+  figures[m.rounds] = rounds;
 }
 
 StepComm GradientSync::take() {

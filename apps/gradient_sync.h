@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/apps/telemetry.h"
 #include "ringflow/comm/ddp/ddp.h"
 #include "ringflow/comm/ddp/model_average.h"
 #include "ringflow/framework/nn/module.h"
@@ -73,6 +74,9 @@ struct StepComm {
   std::vector<CommWait> waits;    // in time order; their lengths sum to exposed_ms()
 
   StepComm& operator+=(const StepComm& o);
+  // Its figures in train's schema (apps/step_metrics.h): the communication thread's time,
+  // the bytes counted and by the closed forms, fedavg's rounds.
+  void record(Values& figures) const;
 };
 
 class GradientSync {

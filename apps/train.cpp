@@ -40,6 +40,8 @@
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/cuda_memory.h"
 #include "ringflow/models/registry.h"
 
 namespace ringflow::apps {
@@ -100,13 +102,21 @@ void trace_step(TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_
   }
 }
 
+// The device allocator's peak of tensor bytes since its last reset (the epoch's start).
+double peak_tensor_bytes(Device device) {
+  return static_cast<double>(device.is_cuda() ? cuda_memory_stats(device.index).peak_allocated
+                                              : cpu_allocator_stats().peak_allocated);
+}
+
+void reset_peak_tensor_bytes(Device device) {
+  if (device.is_cuda()) cuda_reset_peak_memory_stats(device.index);
+  else cpu_allocator_reset_peak();
+}
+
 // One iteration as this rank ran it: what the epoch aggregates, and the times the trace draws.
 struct StepRecord {
-  Figures figures;
-  double loss_sum = 0;  // over the micro-batches
-  int64_t correct = 0, seen = 0;
+  Values figures{step_metrics().schema};
   bool ran_out = false;  // the loader ran dry before the step was whole
-  bool skipped = false;  // fp16: a gradient was inf or NaN, the optimizer did not step
   Clock::time_point start, optimizer_start, end;
   // Per micro-batch: before loading, forward, backward, after_backward, and its end.
   std::vector<std::array<Clock::time_point, 5>> marks;
@@ -128,7 +138,7 @@ class Trainer {
   void export_weights();
   void clip_gradients();
   std::string progress(int64_t epoch, int64_t step) const;
-  void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps, double images_per_s) const;
+  void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps) const;
   void set_threads_and_batch();
   void check_memory();
   void make_data_and_model();
@@ -371,8 +381,9 @@ void Trainer::print_header() const {
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
 StepRecord Trainer::step() {
+  const StepMetrics& m = step_metrics();
   StepRecord r;
-  double* ms = r.figures.phase_ms;
+  Values& v = r.figures;
   r.start = Clock::now();
   for (int k = 0; k < f_.grad_accum; ++k) {
     const bool last = k + 1 == f_.grad_accum;
@@ -397,41 +408,44 @@ StepRecord Trainer::step() {
     t[3] = Clock::now();
     sync_->after_backward(last);
     t[4] = Clock::now();
-    ms[kData] += ms_between(t[0], t[1]);
-    ms[kForward] += ms_between(t[1], t[2]);
-    ms[kBackward] += ms_between(t[2], t[3]);
-    ms[kComm] += ms_between(t[3], t[4]);
-    r.loss_sum += loss.item();
+    v[m.data_ms] += ms_between(t[0], t[1]);
+    v[m.forward_ms] += ms_between(t[1], t[2]);
+    v[m.backward_ms] += ms_between(t[2], t[3]);
+    v[m.comm_ms] += ms_between(t[3], t[4]);
+    v[m.loss_sum] += loss.item();
     NoGradGuard no_grad;
-    r.correct += static_cast<int64_t>(sum(eq(argmax(logits, 1), batch_.labels)).item());
-    r.seen += batch_.labels.numel();
+    v[m.correct] += sum(eq(argmax(logits, 1), batch_.labels)).item();
+    v[m.seen] += static_cast<double>(batch_.labels.numel());
   }
   // Waiting inside forward and backward is communication, not compute.
   r.comm = sync_->take();
-  ms[kForward] -= r.comm.forward_wait_ms;
-  ms[kBackward] -= r.comm.backward_wait_ms;
-  ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
+  v[m.forward_ms] -= r.comm.forward_wait_ms;
+  v[m.backward_ms] -= r.comm.backward_wait_ms;
+  v[m.comm_ms] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
   clip_gradients();
   if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
-    r.skipped = !scaler_->step(*optimizer_);
+    v[m.skipped_steps] = scaler_->step(*optimizer_) ? 0 : 1;
     scaler_->update();
   } else {
     optimizer_->step();
   }
   sync_->zero_grad(*optimizer_);
-  ms[kOptimizer] = ms_since(r.optimizer_start);
-  if (sync_->after_step(r.seen)) {  // fedavg's round
+  v[m.optimizer_ms] = ms_since(r.optimizer_start);
+  if (sync_->after_step(static_cast<int64_t>(v[m.seen]))) {  // fedavg's round
     const StepComm round = sync_->take();
-    ms[kComm] += round.after_wait_ms;
+    v[m.comm_ms] += round.after_wait_ms;
     r.comm += round;
   }
   r.end = Clock::now();
-  r.figures.step_ms = ms_between(r.start, r.end);
-  r.figures.comm_total_ms = r.comm.comm_ms;
-  r.figures.bytes_sent = static_cast<double>(r.comm.traffic.sent);
-  r.figures.bytes_received = static_cast<double>(r.comm.traffic.received);
-  r.figures = r.figures.with_overlap();
+  v[m.step_ms] = ms_between(r.start, r.end);
+  r.comm.record(v);
+  v[m.images] = v[m.seen];
+  v[m.batches] = f_.grad_accum;
+  v[m.loss] = v[m.loss_sum] / f_.grad_accum;
+  v[m.lr] = optimizer_->lr();
+  v[m.peak_memory] = peak_tensor_bytes(setup_.device.device);
+  v.derive();
   return r;
 }
 
@@ -444,6 +458,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   window_ = start.window;
   epoch_start_ = Clock::now();
   epoch_first_ = first;
+  reset_peak_tensor_bytes(setup_.device.device);
   train_loader_->start_epoch(epoch, first * f_.grad_accum);
   for (int64_t i = first; i < steps_; ++i) {
     const StepRecord r = step();
@@ -453,21 +468,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if (trace_->enabled()) {
       trace_step(*trace_, epoch, i + 1, pos_.iteration, r.start, r.marks, r.optimizer_start,
                  r.end, r.comm);
+      trace_counters(*trace_, r.end, r.figures);
     }
-    s.loss_sum += r.loss_sum;
-    s.correct += r.correct;
-    s.skipped += r.skipped;
-    s.seen += r.seen;
-    s.batches += f_.grad_accum;
-    s.traffic.add(r.comm.traffic, r.comm.model, r.comm.rounds);
-    window_loss_ += r.loss_sum / f_.grad_accum;  // this rank's
+    s.tally.add_iteration(r.figures);
+    window_loss_ += r.figures[step_metrics().loss];  // this rank's
     ++window_;
-    if (i > 0) {  // the first iteration pays for first-touch allocations and caches
-      s.sum += r.figures;
-      ++s.timed_steps;
-    } else {
-      s.first = r.figures;
-    }
     report_bucket_tuning();
     if ((i + 1) % f_.log_every == 0 || i + 1 == steps_) {
       log_iteration(s, epoch, i + 1, r);
@@ -482,8 +487,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   }
   if (tty_) fmt::print("\r\033[K");
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
-    const StepComm round = sync_->take();
-    s.traffic.add(round.traffic, round.model, round.rounds);
+    Values round(step_metrics().schema);
+    sync_->take().record(round);
+    s.tally.add_between(round);
   }
   return s;
 }
@@ -505,10 +511,9 @@ void Trainer::report_bucket_tuning() {
 // prints the loss line, and alone writes the metrics line at once.
 void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r) {
   const double loss = window_loss_ / window_;
-  if (pg_) {
-    s.logged.push_back({step, pos_.iteration, r.figures, loss, static_cast<double>(r.correct),
-                        static_cast<double>(r.seen), WallClock::now()});
-  }
+  Values figures = r.figures;
+  figures[step_metrics().loss] = loss;
+  if (pg_) s.logged.push_back({step, pos_.iteration, figures, WallClock::now()});
   window_loss_ = 0;
   window_ = 0;
   if (!lead_) return;
@@ -519,11 +524,8 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
   }
   if (pg_) return;  // under a launcher: with every rank's figures, at the epoch's end
   nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", step},
-                   {"global_iteration", pos_.iteration}, {"loss", loss},
-                   {"accuracy", static_cast<double>(r.correct) / r.seen},
-                   {"lr", optimizer_->lr()}, {"step_ms", r.figures.step_ms},
-                   {"images_per_s", global_batch_ / r.figures.step_ms * 1e3}};
-  put_figures(j, r.figures, nullptr);
+                   {"global_iteration", pos_.iteration}};
+  put_figures(j, kIterationRecord, figures, nullptr);
   metrics_->write(j);
 }
 
@@ -531,12 +533,8 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
 void Trainer::write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged) {
   for (const AcrossRanks::Iteration& r : logged) {
     nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
-                     {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
-                     {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", optimizer_->lr()},
-                     {"step_ms", r.mean.step_ms},
-                     {"images_per_s", r.mean.step_ms > 0 ? global_batch_ / r.mean.step_ms * 1e3 : 0.0},
-                     {"max_step_ms", r.max.step_ms}, {"ranks", world_}};
-    put_figures(j, r.mean, &r.max);
+                     {"global_iteration", r.mine->global_iteration}, {"ranks", world_}};
+    put_figures(j, kIterationRecord, r.figures.value, &r.figures.max);
     metrics_->write(j, r.mine->logged_at);
   }
 }
@@ -547,36 +545,27 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
   trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
                Clock::now(), {{"epoch", epoch}});
-  const Figures& mean = a.mean;
-  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
+  const StepMetrics& m = step_metrics();
+  const Values& job = a.epoch.value;
   write_iterations(epoch, a.logged);
   nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos_.iteration},
-                   {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
-                   {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
-                   {"ms_per_iteration", mean.step_ms}, {"lr", optimizer_->lr()},
-                   {"images_per_s", images_per_s}, {"timed_iterations", s.timed_steps},
-                   {"timing_includes_first", a.first_only}};
-  put_figures(j, mean, pg_ ? &a.max : nullptr);
+                   {"timed_iterations", s.tally.timed()}, {"timing_includes_first", a.first_only}};
+  put_figures(j, kEpochRecord, job, pg_ ? &a.epoch.max : nullptr);
   if (pg_) {
-    put_epoch_traffic(j, a);
     j["ranks"] = world_;
     j["sync"] = f_.sync;
-    j["max_ms_per_iteration"] = a.max.step_ms;
   }
   if (lead_) {
-    print_epoch_speed(epoch, a, s.timed_steps, images_per_s);
-    if (chatty_) print_epoch_table(a, world_, pg_ != nullptr);
+    print_epoch_speed(epoch, a, s.tally.timed());
+    if (chatty_) fmt::print("{}", epoch_table(a.epoch, world_, pg_ != nullptr));
     if (scaler_ && chatty_) {
-      fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
-                 "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
+      fmt::print("  fp16 loss scale {:g} after the epoch; {:.0f} steps skipped in it (inf or NaN "
+                 "gradients), {} in all\n", scaler_->get_scale(), job[m.skipped_steps],
+                 scaler_->skipped_steps());
     }
-    if (scaler_) {
-      j["loss_scale"] = scaler_->get_scale();
-      j["skipped_steps"] = s.skipped;
-    }
-    fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
-               a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
-               100.0 * a.correct / std::max<int64_t>(1, a.seen));
+    if (scaler_) j["loss_scale"] = scaler_->get_scale();
+    fmt::print("Training set: Average loss: {:.4f}, Accuracy: {:.0f}/{:.0f} ({:.0f}%)\n",
+               job[m.train_loss], job[m.correct], job[m.seen], 100 * job[m.accuracy]);
     if (f_.eval_every > 0 && (epoch % f_.eval_every == 0 || epoch == f_.epochs)) {
       const auto eval_start = Clock::now();
       report_test_set(j);  // the model itself: local
@@ -610,16 +599,16 @@ void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
 
 // The epoch's time per iteration: over those after the first, or the first's when it ran
 // no other (it includes first-touch allocations and the kernels' first-call set-up).
-void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps,
-                                double images_per_s) const {
+void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps) const {
   if (!chatty_) return;
+  const double ms = a.epoch.value[step_metrics().step_ms];
+  const double images_per_s = a.epoch.value[step_metrics().images_per_s];
   if (a.first_only) {
     fmt::print("Epoch [{}]: {:.1f} ms for its one iteration, the first (with its one-time set-up; "
-               "later ones are timed without it) ({:.0f} images/s)\n", epoch, a.mean.step_ms,
-               images_per_s);
+               "later ones are timed without it) ({:.0f} images/s)\n", epoch, ms, images_per_s);
   } else {
     fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
-               epoch, a.mean.step_ms, steps, images_per_s);
+               epoch, ms, steps, images_per_s);
   }
 }
 
