@@ -47,7 +47,8 @@ EpochProgress parse_progress(const std::string& text, const std::string& path, c
   const std::string what = fmt::format("checkpoint '{}': metadata 'info.{}'", path, key);
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tally") || !j.contains("window_loss") ||
-      !j["window_loss"].is_number() || !j.contains("window") || !j["window"].is_number_unsigned())
+      !j["window_loss"].is_number() || !j.contains("window") || !j["window"].is_number_integer() ||
+      j["window"].get<int64_t>() < 0)
     throw std::invalid_argument(fmt::format("{} = '{}' is not an epoch's progress (tally, "
                                             "window_loss, window)", what, text));
   EpochProgress p;

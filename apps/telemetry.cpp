@@ -104,7 +104,8 @@ Tally Tally::from_json(const Schema& schema, const nlohmann::json& j, const std:
   const auto fail = [&](const std::string& why) {
     throw std::invalid_argument(fmt::format("{}: {}", what, why));
   };
-  if (!j.is_object() || !j.contains("iterations") || !j["iterations"].is_number_unsigned())
+  if (!j.is_object() || !j.contains("iterations") || !j["iterations"].is_number_integer() ||
+      j["iterations"].get<int64_t>() < 0)
     fail("no count of iterations");
   t.iterations_ = j["iterations"].get<int64_t>();
   for (const auto& [part, values] : {std::pair{"sums", &t.sums_}, std::pair{"first", &t.first_}}) {
