@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/group/device_choice.h"
@@ -61,7 +62,8 @@ int launched_ranks() { return launched_place().size; }
 
 }  // namespace
 
-Data open_data(const Flags& f, const Shape& model_input) {
+Data open_data(const Flags& f, const Shape& model_input, int rank, int world) {
+  if (is_image_dataset(f.dataset)) return open_image_data(f, model_input, rank, world);
   Data d;
   if (f.dataset == "fashion-mnist") {
     const std::string dir = f.data_dir.empty() ? data::kFashionMnistDir : f.data_dir;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/gradient_sync.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
@@ -49,15 +50,22 @@ namespace {
 
 struct Evaluation {
   double loss;
-  int64_t correct, total;
+  int64_t correct, total, skipped;
 };
+
+// --skip-bad-images: each image the loader dropped from a batch, named on stderr.
+int64_t report_skipped(const data::Batch& b) {
+  for (const std::string& why : b.skipped) fmt::print(stderr, "train: skipped a bad image: {}\n", why);
+  return static_cast<int64_t>(b.skipped.size());
+}
 
 Evaluation evaluate(nn::Module& model, data::DataLoader& loader, data::BatchToDevice& to_device,
                     double label_smoothing) {
   NoGradGuard no_grad;
   model.eval();
-  Evaluation e{0, 0, 0};
+  Evaluation e{0, 0, 0, 0};
   for (const data::Batch& host_batch : loader.epoch(0)) {
+    e.skipped += report_skipped(host_batch);
     const data::Batch b = to_device(host_batch);
     const Tensor logits = model(b.images);
     e.loss += cross_entropy(logits, b.labels, Reduction::sum, label_smoothing).item();
@@ -170,8 +178,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
-  const std::map<std::string, std::string> info_;
+  std::map<std::string, std::string> info_;  // the checkpoints' metadata
   const std::vector<std::string> arguments_;
+  int64_t skipped_ = 0;  // --skip-bad-images: images this rank skipped in this epoch
   TrainingPosition pos_;
   std::unique_ptr<Checkpointer> checkpoints_;
   EpochProgress resumed_progress_;  // this rank's, where the run resumed inside an epoch
@@ -281,10 +290,15 @@ void Trainer::check_memory() {
 void Trainer::make_data_and_model() {
   manual_seed(f_.seed);
   const Shape input = models::model_input_shape(f_.model);
-  model_ = models::make_model(f_.model);
+  data_ = open_data(f_, input, rank_, world_);  // first: own images give the model its classes
+  model_ = models::make_model(f_.model, static_cast<int64_t>(data_.classes.size()));
   load_weights_flag();
   model_->to(setup_.device.device);  // in place: the optimizer and the sync hold the same tensors
-  data_ = open_data(f_, input);
+  if (!data_.classes.empty()) {
+    info_["classes"] = nlohmann::json(data_.classes).dump();
+    if (data_.train->image_shape() != input)
+      check_model_takes(*model_, f_, data_.train->image_shape(), setup_.device.device);
+  }
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
   std::shared_ptr<const data::Sampler> sampler;
   const data::Partition partition = data::partition_from_name(f_.partition);
@@ -293,19 +307,24 @@ void Trainer::make_data_and_model() {
         data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
     sampler = std::make_shared<data::ShardSampler>(std::move(shares[static_cast<size_t>(rank_)]),
                                                    f_.seed + static_cast<uint64_t>(rank_));
-  } else if (pg_) {
+  } else if (pg_ && !data_.split_by_rank) {
     sampler = std::make_shared<data::DistributedSampler>(
         data_.train->size(), world_, rank_,
         data::DistributedSamplerOptions{.shuffle = true, .seed = f_.seed});
   }
+  const int prefetch = std::max(1, f_.workers) * f_.prefetch_factor;
   train_loader_ = std::make_unique<data::DataLoader>(
       data_.train, data::DataLoaderOptions{.batch_size = local_batch_, .drop_last = true,
                                            .seed = f_.seed, .num_workers = f_.workers,
-                                           .transforms = data_.train_transforms, .sampler = sampler});
+                                           .prefetch_batches = prefetch,
+                                           .transforms = data_.train_transforms, .sampler = sampler,
+                                           .skip_bad_examples = f_.skip_bad_images});
   test_loader_ = std::make_unique<data::DataLoader>(
-      data_.test, data::DataLoaderOptions{.batch_size = 1000, .shuffle = false,
-                                          .num_workers = f_.workers,
-                                          .transforms = data_.test_transforms});
+      data_.test, data::DataLoaderOptions{.batch_size = data_.classes.empty() ? 1000 : 100,
+                                          .shuffle = false, .num_workers = f_.workers,
+                                          .prefetch_batches = prefetch,
+                                          .transforms = data_.test_transforms,
+                                          .skip_bad_examples = f_.skip_bad_images});
   if (train_loader_->num_batches() < f_.grad_accum)
     throw std::invalid_argument(
         !partition.iid() ? fmt::format("--partition {} gave rank {} {} training images, fewer "
@@ -352,6 +371,7 @@ void Trainer::print_header() const {
              data_.test->size(), optimizer_name(f_.optimizer), num_threads(), setup_.device.note,
              f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
                                                        f_.precision));
+  if (!data_.note.empty()) fmt::print("{}: {}\n", f_.data_dir, data_.note);
   const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
   if (setup_.device.device.is_cpu() && widened)
     fmt::print("{} on the CPU{}: convolutions and matmuls widen to f32 inside the kernels; values "
@@ -393,6 +413,7 @@ StepRecord Trainer::step() {
       r.ran_out = true;
       return r;
     }
+    skipped_ += report_skipped(batch_);
     batch_ = (*to_device_)(batch_);  // on a GPU: queued behind the previous step's kernels
     t[1] = Clock::now();
     Tensor logits, loss;
@@ -486,6 +507,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if (checkpoints_->due_in_epoch(pos_, steps_)) checkpoint_in_epoch(epoch, s);
   }
   if (tty_) fmt::print("\r\033[K");
+  if (skipped_ > 0) {
+    fmt::print(stderr, "train: {}{} bad images skipped in epoch {} (--skip-bad-images)\n",
+               pg_ ? fmt::format("rank {}: ", rank_) : "", skipped_, epoch);
+    skipped_ = 0;
+  }
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
     Values round(step_metrics().schema);
     sync_->take().record(round);
@@ -661,8 +687,9 @@ void Trainer::clip_gradients() {
 // Rank 0's evaluation on the test set: its line, and its figures into the metrics record j.
 void Trainer::report_test_set(nlohmann::json& j) const {
   const Evaluation e = evaluate(*model_, *test_loader_, *to_device_, f_.label_smoothing);
-  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
-             e.correct, e.total, 100.0 * e.correct / e.total);
+  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%){}\n", e.loss / e.total,
+             e.correct, e.total, 100.0 * e.correct / e.total,
+             e.skipped ? fmt::format("; {} bad images skipped", e.skipped) : "");
   j["test_loss"] = e.loss / e.total;
   j["test_accuracy"] = static_cast<double>(e.correct) / e.total;
   j["test_images"] = e.total;

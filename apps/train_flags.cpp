@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "ringflow/comm/base/build_info.h"
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
+#include "ringflow/comm/base/build_info.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -77,9 +78,11 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--model", f.model, "model name")->capture_default_str()
       ->check(CLI::IsMember(models::model_names()));
   app.add_option("--dataset", f.dataset, "data set")->capture_default_str()
-      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic"}));
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic", "imagefolder", "shards"}));
   app.add_option("--data-dir", f.data_dir, "folder of the data set's files (default: "
-                 "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin)");
+                 "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin); imagefolder: "
+                 "DIR/train/<class>/<image> and DIR/val/<class>/<image> (JPEG, PNG); shards: "
+                 "DIR/train/*.tar and DIR/val/*.tar (ringflow-pack)");
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(above0);
   auto* local_batch = app.add_option("-b,--batch-size,--local-batch", f.batch_size,
                                      "images per step, per rank and micro-batch (weak scaling)")
@@ -122,6 +125,8 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("-j,--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
+  app.add_option("--prefetch-factor", f.prefetch_factor, "batches each data-loading thread builds ahead")
+      ->capture_default_str()->check(bound(1, true));
   app.add_flag("--no-memory-check", f.no_memory_check, "train even where the step's measured memory "
                "estimate (CPU) exceeds what the host has available");
   app.add_option("--precision", f.precision, "fp32, or bf16 / fp16: mixed precision (autocast: "
@@ -283,6 +288,7 @@ void add_flags(CLI::App& app, Flags& f) {
   add_checkpoint_flags(app, f);
   add_parallel_flags(app, f);
   add_federated_flags(app, f);
+  add_image_data_flags(app, f);
 }
 
 void check_flag_combinations(const Flags& f) {

@@ -30,6 +30,7 @@ struct Flags {
   int64_t max_iters = 0;
   int eval_every = 1;
   int workers = 1;
+  int prefetch_factor = 2;  // batches built ahead per worker
   bool no_memory_check = false;  // train even where the step's memory estimate exceeds the host's
   std::string metrics, trace;
   // Checkpoints (apps/checkpointing.h).
@@ -63,6 +64,11 @@ struct Flags {
   std::string export_weights;  // the trained model's state_dict, written at the end
   bool evaluate = false;       // the test set alone, then exit
   bool quiet = false;          // results and errors only
+  // Own images (apps/data_choice.h): --dataset imagefolder or shards.
+  std::string train_transform = "imagenet", val_transform;  // val: train's when empty
+  int image_size = 0;  // 0: the model's input size
+  bool skip_bad_images = false;
+  int64_t max_image_pixels = 89478485;  // PIL's MAX_IMAGE_PIXELS (data::kDefaultMaxImagePixels)
 };
 
 // Adds every flag of train to app, bound to f, with --config FILE (CLI11's TOML or INI:

@@ -208,7 +208,7 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--no-such-flag", "--no-such-flag"},
       {"--batch-size 100000", "--batch-size 100000 exceeds the 60000 training images"},
       {"--model bogus", "--model: bogus not in {"},
-      {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic}"},
+      {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic,imagefolder,shards}"},
       {"--model resnet18_cifar", "takes images of shape (3, 32, 32), but the training set of --dataset fashion-mnist has (1, 28, 28)"},
       {"--checkpoint /nonexistent/dir/c.safetensors", "--checkpoint /nonexistent/dir/c.safetensors: the folder /nonexistent/dir does not exist"},
       {"--metrics /nonexistent/m.json", "--metrics /nonexistent/m.json: the folder /nonexistent does not exist"},
