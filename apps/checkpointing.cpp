@@ -103,6 +103,17 @@ void restore_scaler(optim::GradScaler& scaler, const std::map<std::string, std::
   }
 }
 
+// load_checkpoint, its refusal of a file without the optimizer's state naming the flag that
+// loads the model alone.
+Checkpoint load(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                const CheckpointLoadOptions& options) {
+  try {
+    return load_checkpoint(path, model, optimizer, options);
+  } catch (const OptimizerStateMissing& e) {
+    throw std::runtime_error(fmt::format("{} (--resume-model-only loads the model alone)", e.what()));
+  }
+}
+
 }  // namespace
 
 void check_checkpoint_flags(const Flags& f) {
@@ -110,10 +121,10 @@ void check_checkpoint_flags(const Flags& f) {
   if (f.checkpoint_every > 0 && !somewhere)
     throw std::invalid_argument("--checkpoint-every needs a place to write: --checkpoint-dir DIR "
                                 "(a file per checkpoint) or --checkpoint FILE");
-  if (f.resume == "auto" && !somewhere)
+  if (f.resume_auto && !somewhere)
     throw std::invalid_argument("--resume auto resumes the newest checkpoint of --checkpoint-dir "
                                 "DIR (or --checkpoint FILE): give one of them");
-  if (f.checkpoint_every > 0 && f.sync == "fedavg")
+  if (f.checkpoint_every > 0 && f.sync == SyncMode::fedavg)
     throw std::invalid_argument("--checkpoint-every does not go with --sync fedavg: its ranks hold "
                                 "different models between rounds; its checkpoints are written at "
                                 "the epochs' ends");
@@ -138,7 +149,7 @@ Checkpointer::Checkpointer(const Flags& f, comm::ProcessGroup* pg, comm::Timeout
 
 // Rank 0: the file --resume names, or auto's choice ("": a fresh start), with a log line.
 std::string Checkpointer::resume_target() const {
-  if (f_.resume != "auto") return f_.resume;
+  if (!f_.resume_auto) return f_.resume;
   std::optional<std::string> found;
   if (dir_) {
     if (const auto newest = dir_->newest()) found = newest->path;
@@ -169,7 +180,7 @@ void Checkpointer::check_no_newer(int64_t iteration) const {
 
 std::optional<Resumed> Checkpointer::resume(nn::Module& model, optim::Optimizer& optimizer,
                                             optim::GradScaler* scaler, int64_t epoch_iterations) {
-  if (f_.resume.empty() && !dir_) return std::nullopt;  // the same on every rank: no collective
+  if (f_.resume.empty() && !f_.resume_auto && !dir_) return std::nullopt;  // the same on every rank: no collective
   const std::string path = from_rank0(pg_, timeout_, [&] {
     const std::string target = resume_target();
     if (target.empty()) check_no_newer(-1);
@@ -180,8 +191,7 @@ std::optional<Resumed> Checkpointer::resume(nn::Module& model, optim::Optimizer&
   // The model alone may go on under another optimizer.
   std::map<std::string, std::string> expect = info_;
   if (f_.resume_model_only) expect.erase("optimizer");
-  const Checkpoint c = load_checkpoint(path, model, optimizer,
-                                       {.model_only = f_.resume_model_only, .expect_info = expect});
+  const Checkpoint c = load(path, model, optimizer, {.model_only = f_.resume_model_only, .expect_info = expect});
   if (dir_) {
     from_rank0(pg_, timeout_, [&] {
       check_no_newer(c.position.iteration);

@@ -17,9 +17,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-constexpr SyncMode kModes[] = {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce,
-                               SyncMode::ddp, SyncMode::fedavg};
-
 }  // namespace
 
 const char* sync_mode_name(SyncMode mode) {
@@ -33,19 +30,11 @@ const char* sync_mode_name(SyncMode mode) {
   return "?";
 }
 
-SyncMode sync_mode_from_name(const std::string& name) {
-  for (SyncMode m : kModes) {
-    if (name == sync_mode_name(m)) return m;
-  }
-  throw std::invalid_argument("unknown --sync '" + name +
-                              "' (choices: none, gather-scatter, allreduce, ddp, fedavg)");
-}
-
 GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGroup> pg,
                            SyncOptions options)
     : model_(std::move(model)), pg_(std::move(pg)), options_(std::move(options)) {
   if (options_.mode == SyncMode::none) return;
-  RF_CHECK(pg_, "--sync ", sync_mode_name(options_.mode), " needs a process group");
+  RF_CHECK(pg_, "gradient sync ", sync_mode_name(options_.mode), " needs a process group");
   for (const auto& [name, p] : model_->named_parameters()) names_.push_back(name);
   if (options_.mode == SyncMode::ddp) {
     comm::DdpOptions o;
@@ -136,7 +125,7 @@ void GradientSync::average_each_gradient() {
   const auto start = Clock::now();
   const bool gather_scatter = options_.mode == SyncMode::gather_scatter;
   const bool by_collectives = gather_scatter && (options_.gather_scatter_by_collectives ||
-                                                 pg_->backend_name() == "nccl");
+                                                 !pg_->runs_our_algorithms());
   comm::CollectiveOptions o;
   o.op = comm::ReduceOp::avg;
   o.algorithm = !gather_scatter ? options_.algorithm

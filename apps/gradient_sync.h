@@ -29,15 +29,14 @@
 namespace ringflow::apps {
 
 enum class SyncMode { none, gather_scatter, allreduce, ddp, fedavg };
-SyncMode sync_mode_from_name(const std::string& name);  // the --sync names
-const char* sync_mode_name(SyncMode mode);
+const char* sync_mode_name(SyncMode mode);  // the --sync names
 
 struct SyncOptions {
   SyncMode mode = SyncMode::none;
   comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
   double bucket_cap_mb = 25;
   bool tune_bucket_caps = false;  // ddp: the caps from measurements instead
-  std::string comm_hook = "allreduce";  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h)
+  comm::CommHookKind comm_hook = comm::CommHookKind::allreduce;  // ddp (comm_hooks.h)
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
   // gather-scatter as the group's reduce to rank 0 and broadcast back (one event per

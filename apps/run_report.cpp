@@ -415,9 +415,15 @@ std::string joined(const nlohmann::json& header, const char* field, const char* 
   std::vector<std::string> parts;
   if (header.is_object() && header.contains(field) && header[field].is_array())
     for (const auto& x : header[field]) parts.push_back(x.is_string() ? x.get<std::string>() : x.dump());
-  if (!parts.empty() && std::string(field) == "arguments")
-    parts.front() = fs::path(parts.front()).filename().string();  // the program, not its folder
   return fmt::format("{}", fmt::join(parts, separator));
+}
+
+// The command line of a run: its program without the folder, and the arguments.
+std::string command(const nlohmann::json& header) {
+  const std::string line = joined(header, "arguments", " ");
+  const size_t end = line.find(' ');
+  const size_t slash = line.rfind('/', end);
+  return slash == std::string::npos ? line : line.substr(slash + 1);
 }
 
 std::string Report::runs_table() const {
@@ -427,7 +433,7 @@ std::string Report::runs_table() const {
     const nlohmann::json& h = run.header;
     const bool known = h.is_object();
     t += fmt::format("| {} | `{}` | {} | {} | {} | {} | {} |\n", md_escape(run.name),
-                     md_escape(joined(h, "arguments", " ")), known ? h.value("world_size", 1) : 1,
+                     md_escape(command(h)), known ? h.value("world_size", 1) : 1,
                      md_escape(joined(h, "hosts", ", ")), known ? h.value("commit", std::string()) : "",
                      run.epochs.size(), last_global_iteration(run));
   }

@@ -198,7 +198,7 @@ class Trainer {
 
 Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
     : f_(f),
-      mode_(sync_mode_from_name(f.sync)),
+      mode_(f.sync),
       comm_timeout_(static_cast<int64_t>(f.comm_timeout_s * 1000)),
       setup_(set_up(f, mode_, comm_timeout_)),
       pg_(setup_.pg.get()),
@@ -206,7 +206,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       rank_(pg_ ? pg_->rank() : 0),
       lead_(rank_ == 0),
       chatty_(lead_ && !f.quiet),
-      info_{{"model", f.model}, {"dataset", f.dataset}, {"optimizer", optimizer_name(f.optimizer)}},
+      info_{{"model", f.model}, {"dataset", flag_name(f.dataset)}, {"optimizer", flag_name(f.optimizer)}},
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
@@ -217,13 +217,13 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
   // Collective from here on: rank 0's state everywhere.
   sync_ = std::make_unique<GradientSync>(
       model_, setup_.grad_pg,
-      SyncOptions{.mode = mode_, .algorithm = algorithm_from_flag(f_.algo),
+      SyncOptions{.mode = mode_, .algorithm = f_.algo,
                   .bucket_cap_mb = f_.bucket_cap_mb, .tune_bucket_caps = f_.tune_buckets,
                   .comm_hook = f_.comm_hook,
                   .find_unused_parameters = f_.find_unused, .timeout = comm_timeout_,
                   .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
-                  .topology = comm::average_topology_from_name(f_.fed_topology),
-                  .wire = precision_dtype(f_.comm_precision)});
+                  .topology = f_.fed_topology,
+                  .wire = f_.comm_precision});
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
   write_metrics_header();
@@ -232,8 +232,8 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
   // ranks' traces line up to within a collective's latency.
   trace_ = std::make_unique<TraceWriter>(
       f_.trace.empty() ? "" : trace_path_for_rank(f_.trace, rank_, world_), rank_, Clock::now(),
-      nlohmann::json{{"model", f_.model}, {"dataset", f_.dataset}, {"sync", f_.sync},
-                     {"algo", f_.algo}, {"world", world_}, {"local_batch", local_batch_}});
+      nlohmann::json{{"model", f_.model}, {"dataset", flag_name(f_.dataset)}, {"sync", flag_name(f_.sync)},
+                     {"algo", flag_name(f_.algo)}, {"world", world_}, {"local_batch", local_batch_}});
 }
 
 void Trainer::set_threads_and_batch() {
@@ -242,7 +242,7 @@ void Trainer::set_threads_and_batch() {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / setup_.node.local_size);
   }
   if (threads > 0) set_num_threads(threads);
-  set_conv_algorithm(conv_algorithm_from_name(f_.conv_algo));
+  set_conv_algorithm(f_.conv_algo);
   local_batch_ = f_.batch_size;
   if (f_.global_batch > 0) {
     const int64_t per_step = int64_t{world_} * f_.grad_accum;
@@ -263,7 +263,7 @@ void Trainer::check_memory() {
   double fits = 1;
   std::string why;
   if (setup_.device.device.is_cpu()) {
-    const StepMemory m = measure_step_memory(f_.model, precision_dtype(f_.precision));
+    const StepMemory m = measure_step_memory(f_.model, f_.precision);
     // The optimizer's momentum, DDP's buckets and the loader's batches in flight come on top.
     const double params = m.parameter_bytes;
     const int64_t image = shape_numel(models::model_input_shape(f_.model)) * 4;
@@ -301,7 +301,7 @@ void Trainer::make_data_and_model() {
   }
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
   std::shared_ptr<const data::Sampler> sampler;
-  const data::Partition partition = data::partition_from_name(f_.partition);
+  const data::Partition& partition = f_.partition;
   if (!partition.iid()) {
     std::vector<std::vector<int64_t>> shares =
         data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
@@ -329,7 +329,7 @@ void Trainer::make_data_and_model() {
     throw std::invalid_argument(
         !partition.iid() ? fmt::format("--partition {} gave rank {} {} training images, fewer "
                                        "than one step's {}; raise ALPHA or lower --batch-size",
-                                       f_.partition, rank_, train_loader_->epoch_size(),
+                                       flag_name(f_.partition), rank_, train_loader_->epoch_size(),
                                        local_batch_ * f_.grad_accum)
         : f_.global_batch > 0 ? fmt::format("--global-batch {} exceeds the {} training images",
                                           f_.global_batch, data_.train->size())
@@ -340,7 +340,7 @@ void Trainer::make_data_and_model() {
                                   train_loader_->epoch_size()));
   optimizer_ = make_optimizer(f_, model_->parameters());
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
-  if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
+  if (f_.precision == DType::f16) scaler_ = std::make_unique<optim::GradScaler>();
 }
 
 // Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
@@ -349,7 +349,7 @@ void Trainer::make_data_and_model() {
 void Trainer::set_steps() {
   steps_ = train_loader_->num_batches() / f_.grad_accum;
   const bool own_pace = mode_ == SyncMode::fedavg && f_.local_steps == 0;
-  if (f_.partition != "iid" && !own_pace)
+  if (!f_.partition.iid() && !own_pace)
     steps_ = static_cast<int64_t>(min_over_ranks(static_cast<double>(steps_), pg_, comm_timeout_));
   if (f_.max_iters > 0) steps_ = std::min(f_.max_iters, steps_);
 }
@@ -366,35 +366,36 @@ void Trainer::resume() {
 
 void Trainer::print_header() const {
   if (!chatty_) return;
+  const std::string& precision = flag_name(f_.precision);
   fmt::print("{} ({} parameters) on {}: {} training and {} test images; optimizer {}; {} threads; "
-             "device {}{}\n", f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
-             data_.test->size(), optimizer_name(f_.optimizer), num_threads(), setup_.device.note,
-             f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
-                                                       f_.precision));
+             "device {}{}\n", f_.model, model_->num_parameters(), flag_name(f_.dataset),
+             data_.train->size(), data_.test->size(), flag_name(f_.optimizer), num_threads(),
+             setup_.device.note, f_.precision == DType::f32 ? "" : fmt::format(
+                 "; mixed precision {} (f32 master weights)", precision));
   if (!data_.note.empty()) fmt::print("{}: {}\n", f_.data_dir, data_.note);
-  const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
+  const bool widened = f_.precision == DType::f16 || (f_.precision == DType::bf16 && !cpu_native_bf16());
   if (setup_.device.device.is_cpu() && widened)
     fmt::print("{} on the CPU{}: convolutions and matmuls widen to f32 inside the kernels; values "
-               "keep {}'s range and rounding, at f32 speed\n", f_.precision,
-               f_.precision == "bf16" ? " (no AVX512-BF16 here)" : "", f_.precision);
+               "keep {}'s range and rounding, at f32 speed\n", precision,
+               f_.precision == DType::bf16 ? " (no AVX512-BF16 here)" : "", precision);
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {
     details = fmt::format(", buckets of {}, hook {}",
                           f_.tune_buckets ? "a measured cap (--bucket-cap-mb auto)"
                                           : fmt::format("{} MiB", f_.bucket_cap_mb),
-                          f_.comm_hook);
+                          flag_name(f_.comm_hook));
   } else if (mode_ == SyncMode::fedavg) {
     details = fmt::format(", models averaged every {} through {} as {}",
                           f_.local_steps > 0 ? fmt::format("{} local steps", f_.local_steps)
                                              : fmt::format("{} local epochs", std::max(1, f_.local_epochs)),
-                          f_.fed_topology, f_.comm_precision);
+                          flag_name(f_.fed_topology), flag_name(f_.comm_precision));
   }
-  if (f_.partition != "iid") details += fmt::format("; data split {}", f_.partition);
+  if (!f_.partition.iid()) details += fmt::format("; data split {}", flag_name(f_.partition));
   fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
-             "micro-batches); algorithm {} over {}{}\n", f_.sync, world_, local_batch_,
-             global_batch_, f_.grad_accum, f_.algo,
-             setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
+             "micro-batches); algorithm {} over {}{}\n", flag_name(f_.sync), world_, local_batch_,
+             global_batch_, f_.grad_accum, flag_name(f_.algo),
+             setup_.backend == BackendKind::nccl ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
              fmt::join(setup_.processes, " "));
 }
@@ -419,7 +420,7 @@ StepRecord Trainer::step() {
     Tensor logits, loss;
     {
       std::optional<AutocastGuard> amp;
-      if (f_.precision != "fp32") amp.emplace(precision_dtype(f_.precision));
+      if (f_.precision != DType::f32) amp.emplace(f_.precision);
       logits = sync_->forward(batch_.images, last);
       loss = cross_entropy(logits, batch_.labels, Reduction::mean, f_.label_smoothing);
     }
@@ -579,7 +580,7 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   put_figures(j, kEpochRecord, job, pg_ ? &a.epoch.max : nullptr);
   if (pg_) {
     j["ranks"] = world_;
-    j["sync"] = f_.sync;
+    j["sync"] = flag_name(f_.sync);
   }
   if (lead_) {
     print_epoch_speed(epoch, a, s.tally.timed());
@@ -789,7 +790,7 @@ int main(int argc, char** argv) {
   }
   try {
     check_flag_combinations(f);
-    if (f.launcher != "env") ringflow::comm::supervise_rank();  // before any thread starts
+    if (f.launcher != ringflow::comm::Launcher::env) ringflow::comm::supervise_rank();  // before any thread starts
     Trainer trainer(f, std::vector<std::string>(argv, argv + argc));
     try {
       trainer.run();

@@ -102,7 +102,7 @@ Launcher resolve_launcher(Launcher asked, const Getenv& getenv) {
   switch (asked) {
     case Launcher::mpi: return Launcher::mpi;
     case Launcher::env:
-      RF_CHECK(env_launch(getenv).has_value(), "launch: --launcher env, but neither torchrun's "
+      RF_CHECK(env_launch(getenv).has_value(), "launch: the env launcher asked for, but neither torchrun's "
                "variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) nor Slurm's "
                "(SLURM_PROCID, SLURM_NTASKS) are set");
       return Launcher::env;
