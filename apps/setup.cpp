@@ -28,20 +28,16 @@ namespace ringflow::apps {
 namespace {
 
 // This process's rank and the number of processes the launcher started, read from its
-// environment (MPICH's Hydra sets PMI_RANK and PMI_SIZE, Open MPI OMPI_COMM_WORLD_*, torchrun
-// RANK and WORLD_SIZE, srun SLURM_PROCID and SLURM_NTASKS), without initialising MPI:
-// --sync none must not, so that a plain single-process run stays one.
+// environment (an MPI launcher's, see comm::mpi_launch; torchrun's RANK and WORLD_SIZE,
+// srun's SLURM_PROCID and SLURM_NTASKS), without initialising MPI: --sync none must not, so
+// that a plain single-process run stays one.
 struct Place {
   int rank = 0, size = 1;
 };
 
 Place launched_place() {
-  for (const auto& [rank, size] : {std::pair{"PMI_RANK", "PMI_SIZE"},
-                                   std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}}) {
-    if (const char* n = std::getenv(size)) {
-      const char* r = std::getenv(rank);
-      return {r ? std::atoi(r) : 0, std::max(1, std::atoi(n))};
-    }
+  if (const std::optional<comm::MpiLaunch> mpi = comm::mpi_launch(); mpi && mpi->size > 0) {
+    return {mpi->rank, mpi->size};
   }
   const std::optional<comm::EnvLaunch> env = comm::env_launch();
   return env ? Place{env->rank, env->size} : Place{};

@@ -25,6 +25,9 @@ struct StepMetrics {
   // and received (counted by the transport), and how much of it backward hid.
   MetricId comm_total_ms = schema.add({.name = "comm_total_ms", .unit = Unit::ms,
                                        .label = "comm total (comm thread)", .comm = true});
+  // ... and the CPU time that thread used (ProcessGroup::comm_thread_cpu_time).
+  MetricId comm_cpu_ms = schema.add({.name = "comm_cpu_ms", .unit = Unit::ms,
+                                     .label = "comm thread cpu", .comm = true});
   MetricId bytes_sent = schema.add({.name = "bytes_sent", .unit = Unit::bytes, .label = "sent",
                                     .comm = true});
   MetricId bytes_received = schema.add({.name = "bytes_received", .unit = Unit::bytes,
@@ -66,7 +69,8 @@ struct StepMetrics {
   MetricId rounds = schema.add({.name = "rounds", .unit = Unit::count, .over = Over::sum,
                                 .across = Across::mean, .records = kEpochRecord,
                                 .label = "model averages", .comm = true, .if_nonzero = true});
-  // fp16: optimizer steps skipped for inf/NaN gradients (the same on every rank).
+  // Optimizer steps skipped for inf/NaN gradients, by fp16's scaler or --on-nonfinite skip
+  // (the same on every rank).
   MetricId skipped_steps = schema.add({.name = "skipped_steps", .unit = Unit::count,
                                        .over = Over::sum, .across = Across::max,
                                        .records = kEpochRecord});

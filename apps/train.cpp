@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,12 +33,14 @@
 #include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/non_finite.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
 #include "ringflow/apps/step_memory.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
 #include "ringflow/comm/base/build_info.h"
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
@@ -148,6 +151,8 @@ class Trainer {
   std::string progress(int64_t epoch, int64_t step) const;
   void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps) const;
   void set_threads_and_batch();
+  void place_threads();
+  std::chrono::nanoseconds comm_cpu_time() const;
   void check_memory();
   void make_data_and_model();
   void resume();
@@ -161,6 +166,7 @@ class Trainer {
   void finish_epoch(int64_t epoch, const EpochStats& s);
   void checkpoint_in_epoch(int64_t epoch, EpochStats& s);
   void checkpoint(int64_t epoch, const EpochProgress& progress);
+  void check_loaded_finite(const std::string& what) const;
 
   const Flags f_;
   const SyncMode mode_;
@@ -178,6 +184,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
+  std::unique_ptr<NonFiniteGuard> guard_;       // --on-nonfinite
   std::map<std::string, std::string> info_;  // the checkpoints' metadata
   const std::vector<std::string> arguments_;
   int64_t skipped_ = 0;  // --skip-bad-images: images this rank skipped in this epoch
@@ -191,6 +198,7 @@ class Trainer {
   Clock::time_point epoch_start_;  // of the epoch being trained, for the progress line
   int64_t epoch_first_ = 0;        // ... and its first iteration (not 0 when resumed inside it)
   bool tuning_reported_ = false;
+  std::string placement_;       // --comm-thread-cpu: what this rank did, for the header
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
@@ -210,6 +218,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
+  place_threads();
   make_data_and_model();
   check_memory();
   set_steps();
@@ -253,6 +262,39 @@ void Trainer::set_threads_and_batch() {
     local_batch_ = f_.global_batch / per_step;
   }
   global_batch_ = local_batch_ * world_ * f_.grad_accum;
+}
+
+// --comm-thread-cpu: the communication threads (both groups' where NCCL carries the
+// gradients) on a core of their own, the compute threads (and the loader's, started later)
+// on the others (comm/base/cpu_affinity.h).
+void Trainer::place_threads() {
+  using Kind = CommThreadCpu::Kind;
+  if (!pg_ || f_.comm_thread_cpu.kind == Kind::none) return;
+  const std::vector<int> cpus = comm::allowed_cpus();
+  comm::ThreadPlacement p;
+  if (f_.comm_thread_cpu.kind == Kind::automatic) {
+    p = comm::place_comm_thread(cpus, setup_.node.local_rank, setup_.node.local_size,
+                                num_threads());
+  } else {
+    p.comm_cpu = f_.comm_thread_cpu.cpu;
+    std::copy_if(cpus.begin(), cpus.end(), std::back_inserter(p.compute_cpus),
+                 [&](int c) { return c != *p.comm_cpu; });
+    p.why = fmt::format("communication thread on CPU {}, compute threads on {}", *p.comm_cpu,
+                        comm::cpu_list_text(p.compute_cpus));
+  }
+  placement_ = p.why;
+  if (!p.comm_cpu) return;
+  setup_.pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (setup_.grad_pg != setup_.pg) setup_.grad_pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (!p.compute_cpus.empty()) set_compute_cpus(p.compute_cpus);
+}
+
+// What the communication threads have used of the CPUs so far.
+std::chrono::nanoseconds Trainer::comm_cpu_time() const {
+  if (!pg_) return {};
+  std::chrono::nanoseconds t = setup_.pg->comm_thread_cpu_time();
+  if (setup_.grad_pg != setup_.pg) t += setup_.grad_pg->comm_thread_cpu_time();
+  return t;
 }
 
 // Before the first step: on the CPU, the step's measured estimate against what this host has
@@ -341,6 +383,8 @@ void Trainer::make_data_and_model() {
   optimizer_ = make_optimizer(f_, model_->parameters());
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
   if (f_.precision == DType::f16) scaler_ = std::make_unique<optim::GradScaler>();
+  guard_ = std::make_unique<NonFiniteGuard>(f_.on_nonfinite, f_.nonfinite_check_every,
+                                            /*scaler_checks_grads=*/scaler_ != nullptr);
 }
 
 // Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
@@ -362,6 +406,17 @@ void Trainer::resume() {
   pos_ = r->position;
   resumed_progress_ = r->progress;
   scheduler_->set_epoch(std::min<int64_t>(pos_.epoch, f_.epochs));
+  check_loaded_finite(fmt::format("checkpoint '{}'", r->path));
+}
+
+// A model read from a file (--resume, --weights) holds no inf or NaN, unless
+// --on-nonfinite ignore lets it in.
+void Trainer::check_loaded_finite(const std::string& what) const {
+  if (f_.on_nonfinite == OnNonFinite::ignore) return;
+  const std::string bad = first_non_finite(model_->state_dict());
+  if (bad.empty()) return;
+  throw std::invalid_argument(fmt::format("{}: tensor '{}' holds inf or NaN (--on-nonfinite ignore "
+                                          "loads it all the same)", what, bad));
 }
 
 void Trainer::print_header() const {
@@ -398,6 +453,8 @@ void Trainer::print_header() const {
              setup_.backend == BackendKind::nccl ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
              fmt::join(setup_.processes, " "));
+  if (!placement_.empty())
+    fmt::print("--comm-thread-cpu {} on rank 0: {}\n", flag_name(f_.comm_thread_cpu), placement_);
 }
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
@@ -406,6 +463,7 @@ StepRecord Trainer::step() {
   StepRecord r;
   Values& v = r.figures;
   r.start = Clock::now();
+  const std::chrono::nanoseconds comm_cpu_start = comm_cpu_time();
   for (int k = 0; k < f_.grad_accum; ++k) {
     const bool last = k + 1 == f_.grad_accum;
     auto& t = r.marks.emplace_back();
@@ -446,7 +504,9 @@ StepRecord Trainer::step() {
   v[m.comm_ms] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
   clip_gradients();
-  if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
+  if (!guard_->allow_step(v[m.loss_sum] / f_.grad_accum, model_->parameters(), pos_.iteration + 1)) {
+    v[m.skipped_steps] = 1;  // --on-nonfinite skip
+  } else if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
     v[m.skipped_steps] = scaler_->step(*optimizer_) ? 0 : 1;
     scaler_->update();
   } else {
@@ -461,6 +521,7 @@ StepRecord Trainer::step() {
   }
   r.end = Clock::now();
   v[m.step_ms] = ms_between(r.start, r.end);
+  v[m.comm_cpu_ms] = std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
   r.comm.record(v);
   v[m.images] = v[m.seen];
   v[m.batches] = f_.grad_accum;
@@ -590,6 +651,10 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
                  "gradients), {} in all\n", scaler_->get_scale(), job[m.skipped_steps],
                  scaler_->skipped_steps());
     }
+    if (!scaler_ && job[m.skipped_steps] > 0 && chatty_) {
+      fmt::print("  {:.0f} steps skipped in the epoch (inf or NaN gradients, --on-nonfinite skip)\n",
+                 job[m.skipped_steps]);
+    }
     if (scaler_) j["loss_scale"] = scaler_->get_scale();
     fmt::print("Training set: Average loss: {:.4f}, Accuracy: {:.0f}/{:.0f} ({:.0f}%)\n",
                job[m.train_loss], job[m.correct], job[m.seen], 100 * job[m.accuracy]);
@@ -617,6 +682,7 @@ void Trainer::checkpoint_in_epoch(int64_t epoch, EpochStats& s) {
 }
 
 void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
+  if (!checkpoints_->wanted() || !guard_->may_save(model_->state_dict(), pos_.iteration)) return;
   const auto save_start = Clock::now();
   if (checkpoints_->save(pos_, *model_, *optimizer_, scaler_.get(), progress, steps_)) {
     trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
@@ -675,6 +741,7 @@ void Trainer::load_weights_flag() {
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("--weights {}", e.what()));
   }
+  check_loaded_finite(fmt::format("--weights {}", f_.weights));
 }
 
 // --clip-grad-norm: on the gradients the optimizer will apply (averaged over the ranks, and

@@ -59,6 +59,17 @@ DeviceFlag parse_device_flag(const std::string& v) {
   }
 }
 
+// --comm-thread-cpu's value: auto, none or a CPU's number.
+CommThreadCpu parse_comm_thread_cpu(const std::string& v) {
+  if (v == "auto") return {CommThreadCpu::Kind::automatic};
+  if (v == "none") return {};
+  const bool digits = !v.empty() && v.size() < 7 &&
+                      std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits)
+    throw CLI::ValidationError("--comm-thread-cpu", "expected auto, none or a CPU number, got '" + v + "'");
+  return {CommThreadCpu::Kind::cpu, std::stoi(v)};
+}
+
 // The flags in groups, added in the order `train --help` lists them.
 
 // What is trained, on what, and the optimizer.
@@ -83,6 +94,14 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay,--wd", f.weight_decay, "weight decay (L2 for sgd and adam, "
                  "decoupled for adamw)")->capture_default_str()->check(at_least0);
+  app.add_option("--on-nonfinite", f.on_nonfinite, "a loss or gradients holding inf or NaN: "
+                 "stop the run naming the iteration, skip that optimizer step (decided on the "
+                 "averaged gradients, the same on every rank; fp16's scaler skips on its own), or "
+                 "ignore; a model that is not finite is never written to or read from a checkpoint "
+                 "(ignore: a warning)")->default_str("stop")->transform(choice_of(on_nonfinite_choices()));
+  app.add_option("--nonfinite-check-every", f.nonfinite_check_every, "optimizer steps between "
+                 "looks at the gradients' norm (the loss is looked at every step; 0: never; skip "
+                 "looks every step)")->capture_default_str()->check(bound(0, true));
   app.add_option("--clip-grad-norm", f.clip_grad_norm, "scale the gradients down to this global "
                  "L2 norm where it is larger (torch.nn.utils.clip_grad_norm_; 0: never)")
       ->capture_default_str()->check(at_least0);
@@ -216,13 +235,20 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
       ->default_str("25");
   add_choice(app, "--comm-hook", f.comm_hook, comm_hook_choices(), "ddp: allreduce (average), fp16 "
              "(compressed) or noop (no communication, gradients stay local: a reference for "
-             "measurements only)");
+             "measurements only); allreduce: allreduce or noop");
   app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
                "after each forward");
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per optimizer step (ddp: no_sync "
                  "for all but the last)")->capture_default_str()->check(bound(1, true));
   app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
+  app.add_option_function<std::string>(
+         "--comm-thread-cpu", [&f](const std::string& v) { f.comm_thread_cpu = parse_comm_thread_cpu(v); },
+         "where the communication thread runs: auto (a core of its own, the compute threads on "
+         "the rest of this rank's share of the node's cores, where that share holds a core "
+         "beyond --threads), none (where the OS puts it), or a CPU number (the compute threads "
+         "on the others)")
+      ->default_str("none");
 }
 
 // Federated averaging and the users' data.
@@ -284,6 +310,13 @@ void check_flag_combinations(const Flags& f) {
             flag, flag_name(f.sync)));
     }
   }
+  using comm::CommHookKind;
+  const bool hook_applies = f.sync == SyncMode::ddp ||
+                            (f.sync == SyncMode::allreduce && f.comm_hook == CommHookKind::noop);
+  if (f.comm_hook != CommHookKind::allreduce && !hook_applies)
+    throw std::invalid_argument(fmt::format(
+        "--comm-hook {} applies to --sync ddp{}, not --sync {}", flag_name(f.comm_hook),
+        f.comm_hook == CommHookKind::noop ? " and allreduce" : "", flag_name(f.sync)));
   if (f.evaluate && f.weights.empty() && f.resume.empty() && !f.resume_auto)
     throw std::invalid_argument("--evaluate evaluates the model of --weights FILE or --resume "
                                 "FILE: give one");
@@ -315,6 +348,12 @@ const Choices<ScheduleKind>& schedule_choices() {
   return c;
 }
 
+const Choices<OnNonFinite>& on_nonfinite_choices() {
+  static const Choices<OnNonFinite> c{
+      {"stop", OnNonFinite::stop}, {"skip", OnNonFinite::skip}, {"ignore", OnNonFinite::ignore}};
+  return c;
+}
+
 const Choices<BackendKind>& backend_choices() {
   static const Choices<BackendKind> c{
       {"auto", BackendKind::automatic}, {"mpi", BackendKind::mpi}, {"nccl", BackendKind::nccl}};
@@ -342,7 +381,8 @@ const Choices<comm::Algorithm>& algorithm_choices() {
 
 const Choices<comm::Launcher>& launcher_choices() {
   using L = comm::Launcher;
-  static const Choices<L> c{{"auto", L::automatic}, {"mpi", L::mpi}, {"env", L::env}};
+  static const L launchers[] = {L::automatic, L::mpi, L::env};
+  static const Choices<L> c = choices_from(launchers, comm::launcher_name);
   return c;
 }
 
@@ -358,7 +398,8 @@ const Choices<comm::GroupTransport>& transport_choices() {
 
 const Choices<comm::CommHookKind>& comm_hook_choices() {
   using H = comm::CommHookKind;
-  static const Choices<H> c{{"allreduce", H::allreduce}, {"fp16", H::fp16}, {"noop", H::noop}};
+  static const H kinds[] = {H::allreduce, H::fp16, H::noop};
+  static const Choices<H> c = choices_from(kinds, comm::comm_hook_name);
   return c;
 }
 
@@ -390,6 +431,7 @@ const Choices<data::TransformPreset>& transform_choices() {
 }
 
 const std::string& flag_name(OptimizerKind v) { return name_of(optimizer_choices(), v); }
+const std::string& flag_name(OnNonFinite v) { return name_of(on_nonfinite_choices(), v); }
 const std::string& flag_name(DatasetKind v) { return name_of(dataset_choices(), v); }
 const std::string& flag_name(ScheduleKind v) { return name_of(schedule_choices(), v); }
 const std::string& flag_name(BackendKind v) { return name_of(backend_choices(), v); }
@@ -408,6 +450,15 @@ std::string flag_name(const DeviceFlag& d) {
     case DeviceFlag::Kind::automatic: return "auto";
     case DeviceFlag::Kind::cpu: return "cpu";
     case DeviceFlag::Kind::cuda: return d.index < 0 ? "cuda" : fmt::format("cuda:{}", d.index);
+  }
+  return "?";
+}
+
+std::string flag_name(const CommThreadCpu& c) {
+  switch (c.kind) {
+    case CommThreadCpu::Kind::none: return "none";
+    case CommThreadCpu::Kind::automatic: return "auto";
+    case CommThreadCpu::Kind::cpu: return std::to_string(c.cpu);
   }
   return "?";
 }

@@ -11,6 +11,7 @@
 #include "ringflow/apps/choices.h"
 #include "ringflow/apps/device_choice.h"
 #include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/non_finite.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/ddp/comm_hooks.h"
 #include "ringflow/comm/ddp/model_average.h"
@@ -26,8 +27,14 @@ namespace ringflow::apps {
 enum class OptimizerKind { sgd, adam, adamw };  // torch.optim's SGD, Adam, AdamW
 enum class DatasetKind { fashion_mnist, cifar10, synthetic, imagefolder, shards };
 enum class ScheduleKind { none, step, multistep, cosine };  // of the learning rate, per epoch
+// --comm-thread-cpu: where the communication thread runs.
+struct CommThreadCpu {
+  enum class Kind { none, automatic, cpu } kind = Kind::none;
+  int cpu = -1;  // Kind::cpu: its number
+};
 
 const Choices<OptimizerKind>& optimizer_choices();
+const Choices<OnNonFinite>& on_nonfinite_choices();
 const Choices<DatasetKind>& dataset_choices();
 const Choices<ScheduleKind>& schedule_choices();
 const Choices<BackendKind>& backend_choices();
@@ -42,6 +49,7 @@ const Choices<ConvAlgorithm>& conv_algorithm_choices();
 const Choices<data::TransformPreset>& transform_choices();
 
 const std::string& flag_name(OptimizerKind v);
+const std::string& flag_name(OnNonFinite v);
 const std::string& flag_name(DatasetKind v);
 const std::string& flag_name(ScheduleKind v);
 const std::string& flag_name(BackendKind v);
@@ -56,6 +64,7 @@ const std::string& flag_name(ConvAlgorithm v);
 const std::string& flag_name(data::TransformPreset v);
 std::string flag_name(const DeviceFlag& d);         // "auto", "cpu", "cuda", "cuda:1"
 std::string flag_name(const data::Partition& p);    // "iid", "dirichlet:0.5"
+std::string flag_name(const CommThreadCpu& c);      // "none", "auto", "3"
 
 struct Flags {
   std::string model = "small_cnn";
@@ -99,6 +108,7 @@ struct Flags {
   int64_t global_batch = 0;  // 0: --batch-size per rank
   int grad_accum = 1;
   double comm_timeout_s = 300;
+  CommThreadCpu comm_thread_cpu;
   // Federated averaging (--sync fedavg) and how the data is split among the ranks.
   int64_t local_steps = 0;  // 0: rounds by --local-epochs
   int local_epochs = 0;     // 0: 1 when --local-steps is 0 too
@@ -107,6 +117,8 @@ struct Flags {
   data::Partition partition;  // iid
   // As PyTorch's ImageNet example and torchvision's reference scripts name them.
   OptimizerKind optimizer = OptimizerKind::sgd;
+  OnNonFinite on_nonfinite = OnNonFinite::stop;  // a loss or gradients holding inf or NaN
+  int64_t nonfinite_check_every = 10;            // optimizer steps between looks at the gradients
   double clip_grad_norm = 0;   // 0: no clipping
   double label_smoothing = 0;  // torch.nn.CrossEntropyLoss's
   std::string weights;         // a plain state_dict to start from (framework/weights.h)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -37,6 +38,12 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape,
                    DType dtype = DType::f32, Device device = Device::cpu());
 template <class T>
 Tensor from_data(const T* values, const Shape& shape, Device device = Device::cpu());
+// A tensor over memory that the caller owns, without a copy (PyTorch's from_blob): shape and
+// strides (elements; empty: contiguous, none negative) over `data` on `device`; `release`
+// runs once no tensor uses the memory any more (Storage). Throws std::invalid_argument
+// naming the shape and strides when they do not describe a tensor.
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype, Device device,
+                 std::function<void()> release);
 // Uniform in [low, high) and normal(mean, std) from the generator (the default one if null).
 Tensor rand(const Shape& shape, Generator* gen = nullptr, DType dtype = DType::f32,
             double low = 0.0, double high = 1.0);

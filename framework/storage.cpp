@@ -1,5 +1,7 @@
 #include "ringflow/framework/storage.h"
 
+#include <utility>
+
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/kernels/cuda_devices.h"
 
@@ -11,6 +13,9 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   data_ = device_backend(device_).allocate(nbytes_);
 }
 
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void()> release)
+    : data_(data), nbytes_(nbytes), device_(device), borrowed_(true), release_(std::move(release)), shared_(true) {}
+
 uint64_t Storage::fresh_version() {
   static std::atomic<uint64_t> counter{1};
   return counter.fetch_add(1, std::memory_order_relaxed);
@@ -18,7 +23,11 @@ uint64_t Storage::fresh_version() {
 
 Storage::~Storage() {
   // The CUDA allocator finds a block's device by its pointer, whatever device is current.
-  if (data_) device_backend(device_).deallocate(data_, nbytes_);
+  if (borrowed_) {
+    if (release_) release_();
+  } else if (data_) {
+    device_backend(device_).deallocate(data_, nbytes_);
+  }
 }
 
 }  // namespace ringflow

@@ -109,8 +109,8 @@ TensorImpl& Tensor::checked() const {
 int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim())]; }
 int64_t Tensor::numel() const { return shape_numel(shape()); }
 
-bool Tensor::is_contiguous() const { return kernel_view().is_contiguous(); }
-bool Tensor::is_channels_last() const { return kernel_view().is_channels_last(); }
+bool Tensor::is_contiguous() const { return contiguous_layout(shape(), strides()); }
+bool Tensor::is_channels_last() const { return channels_last_layout(shape(), strides()); }
 
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && storage() == other.storage();
@@ -123,7 +123,7 @@ View Tensor::kernel_view() const {
   v.dtype = t.dtype;
   v.shape = t.shape;
   v.strides = t.strides;
-  v.derived = &t.storage->derived();
+  v.derived = t.storage->shared() ? nullptr : &t.storage->derived();
   v.version = t.storage->version();
   return v;
 }

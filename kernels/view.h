@@ -20,6 +20,24 @@ int64_t shape_numel(const Shape& shape);
 // Row-major strides of a contiguous tensor of `shape` (a dimension of size 0 counts as 1).
 Shape contiguous_strides(const Shape& shape);
 
+// Whether sizes and strides lay the elements out row-major and densely; NCHW sizes laid out
+// as NHWC densely. (View's is_contiguous and is_channels_last, for callers that hold the
+// two apart, such as a Tensor, and need not copy them into a View.)
+inline bool contiguous_layout(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+inline bool channels_last_layout(const Shape& shape, const Shape& strides) {
+  if (shape.size() != 4) return false;
+  const int64_t C = shape[1], H = shape[2], W = shape[3];
+  return (C == 1 || strides[1] == 1) && (W == 1 || strides[3] == C) &&
+         (H == 1 || strides[2] == W * C) && (shape[0] == 1 || strides[0] == H * W * C);
+}
+
 class DerivedCache;  // kernels/derived_cache.h
 
 struct View {
@@ -35,23 +53,11 @@ struct View {
 
   int dim() const { return static_cast<int>(shape.size()); }
   int64_t numel() const { return shape_numel(shape); }
-  bool is_contiguous() const {
-    int64_t expected = 1;
-    for (int d = dim() - 1; d >= 0; --d) {
-      if (shape[d] != 1 && strides[d] != expected) return false;
-      expected *= shape[d];
-    }
-    return true;
-  }
+  bool is_contiguous() const { return contiguous_layout(shape, strides); }
   // The elements fill numel() consecutive slots from data, in some order of the dims.
   bool is_dense() const;
   // NCHW sizes laid out as NHWC in memory (densely).
-  bool is_channels_last() const {
-    if (dim() != 4) return false;
-    const int64_t C = shape[1], H = shape[2], W = shape[3];
-    return (C == 1 || strides[1] == 1) && (W == 1 || strides[3] == C) &&
-           (H == 1 || strides[2] == W * C) && (shape[0] == 1 || strides[0] == H * W * C);
-  }
+  bool is_channels_last() const { return channels_last_layout(shape, strides); }
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 };
 

@@ -1,6 +1,7 @@
 // models/: every registered model's parameter count and state_dict (keys, shapes, dtypes,
 // buffers, order) against the reference PyTorch definitions, as written to
-// tests/fixtures/models.json by tests/fixtures/make_models.py; output shapes of forwards.
+// tests/fixtures/models.json by tests/fixtures/make_models.py; output shapes of forwards;
+// backward into gradient buffers without a copy.
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -115,6 +116,32 @@ TEST_CASE("a backward through a CIFAR ResNet reaches every parameter") {
                               from_vector({3, 7}, {2}, DType::i64));
   loss.backward();
   for (const auto& [name, p] : model->named_parameters()) CHECK_MESSAGE(p.grad().defined(), name);
+}
+
+// Note [Gradient buffers] (framework/autograd.h), DDP's buckets: every parameter of these
+// models is of a conv2d, batch_norm or linear, whose backward computes into the buffer. One
+// of each family (the deeper ones are made of the same layers).
+TEST_CASE("mlp, small_cnn, VGG, ResNet: backward computes every gradient into its buffer, no copy") {
+  for (const std::string name : {"mlp", "small_cnn", "vgg11_cifar", "resnet18_cifar"}) {
+    CAPTURE(name);
+    Generator gen(3);
+    models::ModelOptions options;
+    options.gen = &gen;
+    const nn::ModulePtr model = models::make_model(name, 0, options);
+    const std::vector<Tensor> params = model->parameters();
+    Tensor flat = zeros({model->num_parameters()});
+    int64_t offset = 0;
+    for (const Tensor& p : params) {
+      set_grad_buffer(p, flat.narrow(0, offset, p.numel()).view(p.shape()));
+      offset += p.numel();
+    }
+    const int64_t copied = grad_buffer_copy_bytes();
+    cross_entropy(model->forward(input_for(name, 2, gen)), from_vector({3, 7}, {2}, DType::i64))
+        .backward();
+    CHECK(grad_buffer_copy_bytes() == copied);
+    for (const auto& [pname, p] : model->named_parameters())
+      CHECK_MESSAGE(p.grad().shares_storage(flat), pname);
+  }
 }
 
 TEST_CASE("ImageNet models at their input size (batch 1, eval)") {

@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "ringflow/framework/op_profile.h"
 #include "ringflow/tests/testing.h"
@@ -34,6 +35,37 @@ TEST_CASE("views share storage with their base") {
   Tensor r = v.reshape({24});
   CHECK_FALSE(r.shares_storage(x));
   CHECK(x.reshape({6, 4}).shares_storage(x));
+}
+
+TEST_CASE("from_blob views memory the caller owns, and releases it once") {
+  std::vector<float> memory(12);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<float>(i);
+  int releases = 0;
+  {
+    // A (3, 2) view with strides (4, 2): every other element of the first 3 rows of 4.
+    Tensor t = from_blob(memory.data(), {3, 2}, {4, 2}, DType::f32, Device::cpu(), [&] { ++releases; });
+    CHECK(t.raw_data() == memory.data());
+    CHECK(t.storage()->nbytes() == 11 * sizeof(float));  // up to the last element viewed
+    CHECK(t.contiguous().to_vector<float>() == std::vector<float>{0, 2, 4, 6, 8, 10});
+    CHECK(t.storage()->shared());
+    CHECK(t.kernel_view().derived == nullptr);  // others may write it: nothing cached
+    Tensor alias = t.t();
+    t = Tensor();
+    CHECK(releases == 0);  // the view still uses it
+    memory[2] = 40;
+    CHECK(alias.contiguous().to_vector<float>()[3] == 40);  // alias[1][0] is t[0][1], memory[2]
+  }
+  CHECK(releases == 1);
+  CHECK(from_blob(memory.data(), {2, 6}, {}, DType::f32, Device::cpu(), nullptr).strides() == Shape{6, 1});
+  CHECK_THROWS_WITH_AS(from_blob(memory.data(), {3}, {-1}, DType::f32, Device::cpu(), nullptr),
+                       doctest::Contains("must not be negative"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(from_blob(memory.data(), {3}, {1, 1}, DType::f32, Device::cpu(), nullptr),
+                       doctest::Contains("2 strides for the 1 dims"), std::invalid_argument);
+  Tensor own = zeros({2});
+  CHECK_FALSE(own.storage()->shared());
+  CHECK(own.kernel_view().derived != nullptr);
+  own.storage()->mark_shared();
+  CHECK(own.kernel_view().derived == nullptr);
 }
 
 TEST_CASE("creation and seeded random tensors") {

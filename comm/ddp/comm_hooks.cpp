@@ -51,6 +51,15 @@ BucketReduction NoopHook::launch(ProcessGroup&, const Tensor& bucket, const Coll
   return {std::move(work), nullptr, {}};
 }
 
+const char* comm_hook_name(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::allreduce: return "allreduce";
+    case CommHookKind::fp16: return "fp16";
+    case CommHookKind::noop: return "noop";
+  }
+  return "?";
+}
+
 std::shared_ptr<CommHook> make_comm_hook(CommHookKind kind) {
   switch (kind) {
     case CommHookKind::allreduce: return std::make_shared<AllreduceAverageHook>();

@@ -67,6 +67,7 @@ class NoopHook final : public CommHook {
 
 // The hooks above, by kind (DdpOptions::comm_hook takes any CommHook).
 enum class CommHookKind : uint8_t { allreduce, fp16, noop };
+const char* comm_hook_name(CommHookKind kind);  // "allreduce", "fp16", "noop"
 std::shared_ptr<CommHook> make_comm_hook(CommHookKind kind);
 
 }  // namespace ringflow::comm

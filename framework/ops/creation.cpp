@@ -74,6 +74,28 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, DType 
   return from_host_values(values, shape, dtype, device);
 }
 
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, DType dtype, Device device,
+                 std::function<void()> release) {
+  RF_CHECK(strides.empty() || strides.size() == shape.size(), "from_blob: ", strides.size(),
+           " strides for the ", shape.size(), " dims of shape ", shape_str(shape));
+  const Shape s = strides.empty() ? contiguous_strides(shape) : strides;
+  int64_t extent = 1;  // elements from the first to one past the last
+  for (size_t d = 0; d < shape.size(); ++d) {
+    RF_CHECK(shape[d] >= 0 && s[d] >= 0, "from_blob: shape ", shape_str(shape), " with strides ",
+             shape_str(s), ": sizes and strides must not be negative");
+    if (shape[d] == 0) extent = 0;
+  }
+  for (size_t d = 0; d < shape.size() && extent > 0; ++d) extent += (shape[d] - 1) * s[d];
+  RF_CHECK(data || extent == 0, "from_blob: a null pointer for shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(extent) * dtype_size(dtype),
+                                            device, std::move(release));
+  impl->shape = shape;
+  impl->strides = s;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 template <class T>
 Tensor from_data(const T* values, const Shape& shape, Device device) {
   Tensor host = empty(shape, dtype_of<T>());
