@@ -317,6 +317,7 @@ void Report::communication() {
   const Metric& exposed = schema_[schema_.id("comm_ms")];
   const Metric& total = schema_[schema_.id("comm_total_ms")];
   const Metric& overlap = schema_[schema_.id("overlap")];
+  const Metric& cpu = schema_[schema_.id("comm_cpu_ms")];
   std::vector<std::string> times, shares;
   for (size_t k = 0; k < runs_.size(); ++k) {
     const Run& run = runs_[k];
@@ -325,10 +326,12 @@ void Report::communication() {
     Rows rows;
     for (const auto& r : per_iteration(run))
       rows.push_back({static_cast<double>(global_iteration(r)), figure(r, exposed.key(record)),
-                      figure(r, total.key(record)), 100 * figure(r, overlap.key(record))});
+                      figure(r, total.key(record)), 100 * figure(r, overlap.key(record)),
+                      figure(r, cpu.key(record))});
     const std::string f = data_file(fmt::format("communication-{}", k), rows), t = quoted(run.name);
-    times.push_back(fmt::format("{0} u 1:2 w lp pt 7 ps 0.5 lc {1} t {2}.' {3}', {0} u 1:3 w l dt 2 lc {1} t {2}.' {4}'",
-                                f, k + 1, t, exposed.label, total.label));
+    times.push_back(fmt::format("{0} u 1:2 w lp pt 7 ps 0.5 lc {1} t {2}.' {3}', {0} u 1:3 w l dt 2 lc {1} t {2}.' {4}', "
+                                "{0} u 1:5 w l dt 3 lc {1} t {2}.' {5}'",
+                                f, k + 1, t, exposed.label, total.label, cpu.label));
     shares.push_back(fmt::format("{} u 1:4 w lp pt 7 ps 0.5 lc {} t {}", f, k + 1, t));
   }
   draw("communication", 1200, 420,
@@ -338,8 +341,8 @@ void Report::communication() {
                    fmt::join(times, ", "), quoted(overlap.label + ", %"), fmt::join(shares, ", ")));
   section("Communication", "communication",
           "Per logged iteration: the time the training thread waited for communication (exposed) "
-          "against the communication thread's whole time, and the share of it that backward's "
-          "computation hid.");
+          "against the communication thread's whole time and the CPU time that thread used, and "
+          "the share of the communication that backward's computation hid.");
 }
 
 // Bytes per epoch and rank as the transport counted them (points) against the closed

@@ -4,7 +4,7 @@ one process, the latter given the same metrics path twice (two runs in one file)
 report must hold report.md and every plot it links, each a PNG (signature, a header of
 plot size, more bytes than empty axes: about 9 KB at these sizes); the plots' data must be
 the figures that train wrote (bytes per epoch and their closed form, each iteration's
-phases, the last epoch's losses in report.md); bad input must end in a message naming it
+phases and communication, the last epoch's losses in report.md); bad input must end in a message naming it
 and exit 1.
 Skipped (77) where gnuplot is not installed (./dev test installs gnuplot-nox).
 
@@ -96,6 +96,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check(len(rows) == 8 and all(abs(a - b) <= 1e-8 * max(1, abs(b))
                                  for r, w in zip(rows, want) for a, b in zip(r, w)),
           f"phases: each logged iteration's, as the metrics hold them ({len(rows)} rows)")
+    rows = numbers(f"{out}/plot-data/communication-0.dat")
+    want = [[i["global_iteration"], i["comm_ms"], i["comm_total_ms"], 100 * i["overlap"], i["comm_cpu_ms"]]
+            for i in its]
+    check(len(rows) == 8 and all(abs(a - b) <= 1e-8 * max(1, abs(b))
+                                 for r, w in zip(rows, want) for a, b in zip(r, w)),
+          f"communication: exposed, total, overlap and the comm thread's CPU time of each logged "
+          f"iteration ({len(rows)} rows)")
     last = epochs[-1]
     check(f"| ddp | {last['train_loss']:.4f} | {100 * last['train_accuracy']:.1f}% | "
           f"{last['test_loss']:.4f} |" in md, "report.md: the last epoch's losses and accuracy")
