@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/ops.h"
 #include "ringflow/framework/tensor.h"
 
 namespace ringflow::python {
@@ -74,6 +75,10 @@ E from_name(const char* argument, const std::string& text, const E (&values)[N],
   }
   throw std::invalid_argument(std::string(argument) + " '" + text + "' (choices: " + choices + ")");
 }
+
+// A loss's reduction= as PyTorch names it: "mean", "sum" or "none" (ops.cpp); throws
+// std::invalid_argument (ValueError) naming the choices.
+Reduction reduction_named(const std::string& name);
 
 // A shape as Python gives one: f(2, 3) or f((2, 3)) or f([2, 3]).
 Shape shape_from_args(const py::args& args);
