@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -36,48 +35,26 @@ std::string from_rank0(comm::ProcessGroup* pg, comm::Timeout timeout,
   return answer["value"].get<std::string>();
 }
 
-// --- The epoch's progress as text in the checkpoint's metadata: numbers that round-trip.
+// --- The epoch's progress as JSON in the checkpoint's metadata: the tally's figures by
+// name (numbers that round-trip), and the loss since the last logged iteration.
 
 std::string progress_text(const EpochProgress& p) {
-  const EpochStats& s = p.stats;
-  const EpochTraffic& t = s.traffic;
-  std::string text;
-  for (double v : {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
-                   static_cast<double>(s.batches), static_cast<double>(s.skipped), t.sent,
-                   t.received, t.model_sent, t.model_received, t.rounds, p.window_loss,
-                   static_cast<double>(p.window)})
-    text += fmt::format("{}{:.17g}", text.empty() ? "" : ",", v);
-  return text;
+  return nlohmann::json{{"tally", p.stats.tally.to_json()}, {"window_loss", p.window_loss},
+                        {"window", p.window}}.dump();
 }
 
 EpochProgress parse_progress(const std::string& text, const std::string& path, const std::string& key) {
-  std::vector<double> v;
-  for (const char* at = text.data(); at <= text.data() + text.size();) {
-    double x = 0;
-    const auto [end, error] = std::from_chars(at, text.data() + text.size(), x);
-    const bool last = end == text.data() + text.size();
-    if (error != std::errc() || !std::isfinite(x) || (!last && *end != ','))
-      throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}' = '{}' is not a "
-                                              "list of finite numbers", path, key, text));
-    v.push_back(x);
-    at = end + 1;
-  }
-  const auto count = [&](size_t k) {
-    if (!(v[k] >= 0 && v[k] <= 9007199254740992.0 && v[k] == std::floor(v[k])))
-      throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}': value {} is "
-                                              "{:g}, not a count", path, key, k, v[k]));
-    return static_cast<int64_t>(v[k]);
-  };
-  if (v.size() != 12)
-    throw std::invalid_argument(fmt::format("checkpoint '{}': metadata 'info.{}' holds {} numbers, "
-                                            "not 12", path, key, v.size()));
+  const std::string what = fmt::format("checkpoint '{}': metadata 'info.{}'", path, key);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("tally") || !j.contains("window_loss") ||
+      !j["window_loss"].is_number() || !j.contains("window") || !j["window"].is_number_integer() ||
+      j["window"].get<int64_t>() < 0)
+    throw std::invalid_argument(fmt::format("{} = '{}' is not an epoch's progress (tally, "
+                                            "window_loss, window)", what, text));
   EpochProgress p;
-  EpochStats& s = p.stats;
-  s.loss_sum = v[0];
-  s.correct = count(1), s.seen = count(2), s.batches = count(3), s.skipped = count(4);
-  s.traffic = {v[5], v[6], v[7], v[8], v[9]};
-  p.window_loss = v[10];
-  p.window = count(11);
+  p.stats.tally = Tally::from_json(step_metrics().schema, j["tally"], what);
+  p.window_loss = j["window_loss"].get<double>();
+  p.window = j["window"].get<int64_t>();
   return p;
 }
 
@@ -126,6 +103,17 @@ void restore_scaler(optim::GradScaler& scaler, const std::map<std::string, std::
   }
 }
 
+// load_checkpoint, its refusal of a file without the optimizer's state naming the flag that
+// loads the model alone.
+Checkpoint load(const std::string& path, nn::Module& model, optim::Optimizer& optimizer,
+                const CheckpointLoadOptions& options) {
+  try {
+    return load_checkpoint(path, model, optimizer, options);
+  } catch (const OptimizerStateMissing& e) {
+    throw std::runtime_error(fmt::format("{} (--resume-model-only loads the model alone)", e.what()));
+  }
+}
+
 }  // namespace
 
 void check_checkpoint_flags(const Flags& f) {
@@ -133,10 +121,10 @@ void check_checkpoint_flags(const Flags& f) {
   if (f.checkpoint_every > 0 && !somewhere)
     throw std::invalid_argument("--checkpoint-every needs a place to write: --checkpoint-dir DIR "
                                 "(a file per checkpoint) or --checkpoint FILE");
-  if (f.resume == "auto" && !somewhere)
+  if (f.resume_auto && !somewhere)
     throw std::invalid_argument("--resume auto resumes the newest checkpoint of --checkpoint-dir "
                                 "DIR (or --checkpoint FILE): give one of them");
-  if (f.checkpoint_every > 0 && f.sync == "fedavg")
+  if (f.checkpoint_every > 0 && f.sync == SyncMode::fedavg)
     throw std::invalid_argument("--checkpoint-every does not go with --sync fedavg: its ranks hold "
                                 "different models between rounds; its checkpoints are written at "
                                 "the epochs' ends");
@@ -161,7 +149,7 @@ Checkpointer::Checkpointer(const Flags& f, comm::ProcessGroup* pg, comm::Timeout
 
 // Rank 0: the file --resume names, or auto's choice ("": a fresh start), with a log line.
 std::string Checkpointer::resume_target() const {
-  if (f_.resume != "auto") return f_.resume;
+  if (!f_.resume_auto) return f_.resume;
   std::optional<std::string> found;
   if (dir_) {
     if (const auto newest = dir_->newest()) found = newest->path;
@@ -192,7 +180,7 @@ void Checkpointer::check_no_newer(int64_t iteration) const {
 
 std::optional<Resumed> Checkpointer::resume(nn::Module& model, optim::Optimizer& optimizer,
                                             optim::GradScaler* scaler, int64_t epoch_iterations) {
-  if (f_.resume.empty() && !dir_) return std::nullopt;  // the same on every rank: no collective
+  if (f_.resume.empty() && !f_.resume_auto && !dir_) return std::nullopt;  // the same on every rank: no collective
   const std::string path = from_rank0(pg_, timeout_, [&] {
     const std::string target = resume_target();
     if (target.empty()) check_no_newer(-1);
@@ -203,8 +191,7 @@ std::optional<Resumed> Checkpointer::resume(nn::Module& model, optim::Optimizer&
   // The model alone may go on under another optimizer.
   std::map<std::string, std::string> expect = info_;
   if (f_.resume_model_only) expect.erase("optimizer");
-  const Checkpoint c = load_checkpoint(path, model, optimizer,
-                                       {.model_only = f_.resume_model_only, .expect_info = expect});
+  const Checkpoint c = load(path, model, optimizer, {.model_only = f_.resume_model_only, .expect_info = expect});
   if (dir_) {
     from_rank0(pg_, timeout_, [&] {
       check_no_newer(c.position.iteration);

@@ -22,10 +22,9 @@
 namespace ringflow::apps {
 
 // One rank's part of the epoch under way when a checkpoint was written in the middle of it:
-// the sums that the epoch's record adds up (timings aside), and the loss since its last
-// logged iteration.
+// the figures that the epoch's record adds up, and the loss since its last logged iteration.
 struct EpochProgress {
-  EpochStats stats;  // loss_sum, correct, seen, batches, skipped, traffic
+  EpochStats stats;  // its tally (the logged iterations are in the metrics file already)
   double window_loss = 0;
   int64_t window = 0;
 };

@@ -8,17 +8,19 @@ namespace ringflow::apps {
 
 static_assert(Flags{}.max_image_pixels == data::kDefaultMaxImagePixels);
 
-bool is_image_dataset(const std::string& dataset) { return dataset == "imagefolder" || dataset == "shards"; }
+bool is_image_dataset(DatasetKind dataset) {
+  return dataset == DatasetKind::imagefolder || dataset == DatasetKind::shards;
+}
 
 void add_image_data_flags(CLI::App& app, Flags& f) {
-  const auto transforms = CLI::IsMember({"imagenet", "cifar"});
-  app.add_option("--train-transform", f.train_transform, "imagefolder/shards: torchvision's training recipe: "
-                 "imagenet (RandomResizedCrop, RandomHorizontalFlip, Normalize) or cifar (Resize, "
-                 "RandomCrop(padding=4), RandomHorizontalFlip, Normalize)")
-      ->capture_default_str()->check(transforms);
-  app.add_option("--val-transform", f.val_transform, "imagefolder/shards: the validation recipe: imagenet "
-                 "(Resize(size * 256/224), CenterCrop) or cifar (Resize); default: --train-transform's")
-      ->check(transforms);
+  add_choice(app, "--train-transform", f.train_transform, transform_choices(), "imagefolder/shards: "
+             "torchvision's training recipe: imagenet (RandomResizedCrop, RandomHorizontalFlip, "
+             "Normalize) or cifar (Resize, RandomCrop(padding=4), RandomHorizontalFlip, Normalize)");
+  app.add_option_function<data::TransformPreset>(
+         "--val-transform", [&f](const data::TransformPreset& t) { f.val_transform = t; },
+         "imagefolder/shards: the validation recipe: imagenet (Resize(size * 256/224), "
+         "CenterCrop) or cifar (Resize); default: --train-transform's")
+      ->transform(choice_of(transform_choices()));
   app.add_option("--image-size", f.image_size, "imagefolder/shards: the side of the square images the "
                  "transforms make (0: the model's input size)")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_flag("--skip-bad-images", f.skip_bad_images, "imagefolder/shards: skip an image that cannot be "
@@ -43,23 +45,24 @@ Data open_image_data(const Flags& f, const Shape& model_input, int rank, int wor
   if (model_input.size() != 3 || model_input[0] != 3)
     throw std::invalid_argument(fmt::format("--model {} takes images of shape {}; --dataset {} gives RGB "
                                             "images: pick a model of 3-channel inputs", f.model,
-                                            shape_str(model_input), f.dataset));
+                                            shape_str(model_input), flag_name(f.dataset)));
   if (f.data_dir.empty())
-    throw std::invalid_argument(fmt::format("--dataset {} needs --data-dir DIR ({})", f.dataset,
-                                            f.dataset == "shards" ? "DIR/train/*.tar and DIR/val/*.tar, as "
+    throw std::invalid_argument(fmt::format("--dataset {} needs --data-dir DIR ({})", flag_name(f.dataset),
+                                            f.dataset == DatasetKind::shards ? "DIR/train/*.tar and DIR/val/*.tar, as "
                                             "ringflow-pack writes them" : "DIR/train/<class>/<images> and "
                                             "DIR/val/<class>/<images>"));
-  if (f.dataset == "shards" && f.partition != "iid")
+  if (f.dataset == DatasetKind::shards && !f.partition.iid())
     throw std::invalid_argument(fmt::format("--partition {} splits a data set by label, which a stream of "
-                                            "shards cannot; use --dataset imagefolder", f.partition));
+                                            "shards cannot; use --dataset imagefolder", flag_name(f.partition)));
   const int size = f.image_size > 0 ? f.image_size : static_cast<int>(model_input[1]);
-  const std::string val_name = f.val_transform.empty() ? f.train_transform : f.val_transform;
+  const data::TransformPreset val = f.val_transform.value_or(f.train_transform);
   auto train_t = std::make_shared<data::ImageTransform>(data::ImageTransform::preset(f.train_transform, true, size));
-  auto val_t = std::make_shared<data::ImageTransform>(data::ImageTransform::preset(val_name, false, size));
+  auto val_t = std::make_shared<data::ImageTransform>(data::ImageTransform::preset(val, false, size));
   const data::ImageReadOptions read{.max_image_pixels = f.max_image_pixels};
   Data d;
-  d.note = fmt::format("{} x {} images, transforms {} (train) and {} (val)", size, size, f.train_transform, val_name);
-  if (f.dataset == "shards") {
+  d.note = fmt::format("{} x {} images, transforms {} (train) and {} (val)", size, size,
+                       flag_name(f.train_transform), flag_name(val));
+  if (f.dataset == DatasetKind::shards) {
     auto train = data::ImageShards::open(f.data_dir, /*train=*/true, train_t,
                                          {.rank = rank, .world = world, .seed = f.seed, .read = read});
     // Evaluation runs on rank 0 alone, over every shard in order.

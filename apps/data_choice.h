@@ -12,7 +12,7 @@
 namespace ringflow::apps {
 
 // Is --dataset one of the image data sets here?
-bool is_image_dataset(const std::string& dataset);
+bool is_image_dataset(DatasetKind dataset);
 
 // --train-transform, --val-transform, --image-size, --skip-bad-images, --max-image-pixels.
 void add_image_data_flags(CLI::App& app, Flags& f);

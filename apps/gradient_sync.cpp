@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ringflow/apps/step_metrics.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/ops.h"
 
@@ -15,9 +16,6 @@ using Clock = std::chrono::steady_clock;
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
-
-constexpr SyncMode kModes[] = {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce,
-                               SyncMode::ddp, SyncMode::fedavg};
 
 }  // namespace
 
@@ -32,19 +30,11 @@ const char* sync_mode_name(SyncMode mode) {
   return "?";
 }
 
-SyncMode sync_mode_from_name(const std::string& name) {
-  for (SyncMode m : kModes) {
-    if (name == sync_mode_name(m)) return m;
-  }
-  throw std::invalid_argument("unknown --sync '" + name +
-                              "' (choices: none, gather-scatter, allreduce, ddp, fedavg)");
-}
-
 GradientSync::GradientSync(nn::ModulePtr model, std::shared_ptr<comm::ProcessGroup> pg,
                            SyncOptions options)
     : model_(std::move(model)), pg_(std::move(pg)), options_(std::move(options)) {
   if (options_.mode == SyncMode::none) return;
-  RF_CHECK(pg_, "--sync ", sync_mode_name(options_.mode), " needs a process group");
+  RF_CHECK(pg_, "gradient sync ", sync_mode_name(options_.mode), " needs a process group");
   for (const auto& [name, p] : model_->named_parameters()) names_.push_back(name);
   if (options_.mode == SyncMode::ddp) {
     comm::DdpOptions o;
@@ -86,7 +76,7 @@ void GradientSync::after_backward(bool last) {
   if (ddp_) {
     record_ddp_backward();
   } else if (options_.mode != SyncMode::none && options_.mode != SyncMode::fedavg && last &&
-             options_.comm_hook != "noop") {  // allreduce's noop: gradients stay local
+             options_.comm_hook != comm::CommHookKind::noop) {  // allreduce's noop: gradients stay local
     average_each_gradient();
   }
 }
@@ -136,7 +126,7 @@ void GradientSync::average_each_gradient() {
   const auto start = Clock::now();
   const bool gather_scatter = options_.mode == SyncMode::gather_scatter;
   const bool by_collectives = gather_scatter && (options_.gather_scatter_by_collectives ||
-                                                 pg_->backend_name() == "nccl");
+                                                 !pg_->runs_our_algorithms());
   comm::CollectiveOptions o;
   o.op = comm::ReduceOp::avg;
   o.algorithm = !gather_scatter ? options_.algorithm
@@ -232,6 +222,16 @@ StepComm& StepComm::operator+=(const StepComm& o) {
   events.insert(events.end(), o.events.begin(), o.events.end());
   waits.insert(waits.end(), o.waits.begin(), o.waits.end());
   return *this;
+}
+
+void StepComm::record(Values& figures) const {
+  const StepMetrics& m = step_metrics();
+  figures[m.comm_total_ms] = comm_ms;
+  figures[m.bytes_sent] = figures[m.epoch_bytes_sent] = static_cast<double>(traffic.sent);
+  figures[m.bytes_received] = figures[m.epoch_bytes_received] = static_cast<double>(traffic.received);
+  figures[m.epoch_bytes_sent_closed_form] = static_cast<double>(model.sent);
+  figures[m.epoch_bytes_received_closed_form] = static_cast<double>(model.received);
+  figures[m.rounds] = rounds;
 }
 
 StepComm GradientSync::take() {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/apps/telemetry.h"
 #include "ringflow/comm/ddp/ddp.h"
 #include "ringflow/comm/ddp/model_average.h"
 #include "ringflow/framework/nn/module.h"
@@ -28,16 +29,15 @@
 namespace ringflow::apps {
 
 enum class SyncMode { none, gather_scatter, allreduce, ddp, fedavg };
-SyncMode sync_mode_from_name(const std::string& name);  // the --sync names
-const char* sync_mode_name(SyncMode mode);
+const char* sync_mode_name(SyncMode mode);  // the --sync names
 
 struct SyncOptions {
   SyncMode mode = SyncMode::none;
   comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
   double bucket_cap_mb = 25;
   bool tune_bucket_caps = false;  // ddp: the caps from measurements instead
-  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h); allreduce: "noop" skips it.
-  std::string comm_hook = "allreduce";
+  // ddp's (comm_hooks.h); allreduce: noop skips the allreduce.
+  comm::CommHookKind comm_hook = comm::CommHookKind::allreduce;
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
   // gather-scatter as the group's reduce to rank 0 and broadcast back (one event per
@@ -74,6 +74,9 @@ struct StepComm {
   std::vector<CommWait> waits;    // in time order; their lengths sum to exposed_ms()
 
   StepComm& operator+=(const StepComm& o);
+  // Its figures in train's schema (apps/step_metrics.h): the communication thread's time,
+  // the bytes counted and by the closed forms, fedavg's rounds.
+  void record(Values& figures) const;
 };
 
 class GradientSync {

@@ -2,8 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <span>
-#include <tuple>
 
 #include "ringflow/framework/ringflow.h"
 
@@ -54,87 +52,36 @@ double min_over_ranks(double value, comm::ProcessGroup* pg, comm::Timeout timeou
   return t.item();
 }
 
-// The epoch's figures and the logged iterations' over every rank, in the two allreduces
-// (sum, max) of one vector that the epoch's end runs anyway: the iteration records cost no
-// collective of their own, which is why under mpiexec they reach the metrics file at the
-// end of the epoch. Without a group, this rank's as mean and max.
 AcrossRanks across_ranks(const EpochStats& s, comm::ProcessGroup* pg, comm::Timeout timeout) {
   // Ranks that train at their own pace (fedavg over unequal shares) log different numbers
-  // of iterations: the first ones that every rank has go into the vector.
+  // of iterations: the first ones that every rank has are combined.
   const auto logged = static_cast<size_t>(
       min_over_ranks(static_cast<double>(s.logged.size()), pg, timeout));
-  const std::span<const IterationRecord> records(s.logged.data(), logged);
-  std::vector<double> v;
-  v.reserve(Figures::kValues + EpochTraffic::kValues + 4 +
-            records.size() * IterationRecord::kValues);
-  const Figures mine = s.timed_steps ? s.sum.divided(static_cast<double>(s.timed_steps)).with_overlap()
-                                     : s.first;
-  mine.append_to(v);
-  s.traffic.append_to(v);
-  v.insert(v.end(), {s.loss_sum, static_cast<double>(s.correct), static_cast<double>(s.seen),
-                     static_cast<double>(s.batches)});
-  for (const IterationRecord& r : records) {
-    r.figures.append_to(v);
-    v.insert(v.end(), {r.loss, r.correct, r.seen});
-  }
-  std::vector<double> sum = v, max = v;
-  double world = 1;
-  if (pg && pg->size() > 1) {
-    world = pg->size();
-    const int64_t n = static_cast<int64_t>(v.size());
-    Tensor sum_t = from_vector(v, {n}, DType::f64), max_t = sum_t.clone();
-    comm::CollectiveOptions o;
-    o.timeout = timeout;
-    o.op = comm::ReduceOp::sum;
-    auto a = pg->allreduce(sum_t, o);
-    o.op = comm::ReduceOp::max;
-    auto b = pg->allreduce(max_t, o);
-    a->wait();
-    b->wait();
-    sum = sum_t.to_vector<double>();
-    max = max_t.to_vector<double>();
-  }
-  AcrossRanks r;
-  r.first_only = s.timed_steps == 0;
-  const double* ps = sum.data();
-  const double* pm = max.data();
-  r.mean = Figures::read(ps).divided(world);
-  r.max = Figures::read(pm);
-  r.traffic_mean = EpochTraffic::read(ps);
-  r.traffic_max = EpochTraffic::read(pm);
-  for (double* x : {&r.traffic_mean.sent, &r.traffic_mean.received, &r.traffic_mean.model_sent,
-                    &r.traffic_mean.model_received, &r.traffic_mean.rounds}) *x /= world;
-  r.loss_sum = *ps++;
-  r.correct = static_cast<int64_t>(*ps++);
-  r.seen = static_cast<int64_t>(*ps++);
-  r.batches = static_cast<int64_t>(*ps++);
-  pm += 4;
-  for (const IterationRecord& mine_it : records) {
-    AcrossRanks::Iteration it{&mine_it, Figures::read(ps).divided(world), Figures::read(pm)};
-    it.loss = *ps++ / world;
-    it.correct = *ps++;
-    it.seen = *ps++;
-    pm += 3;
-    r.logged.push_back(it);
-  }
+  std::vector<Values> mine{s.tally.figures()};
+  for (size_t i = 0; i < logged; ++i) mine.push_back(s.logged[i].figures);
+  std::vector<Combined> all = combine_ranks(mine, pg, timeout);
+  AcrossRanks r{.epoch = std::move(all.front()), .first_only = s.tally.timed() == 0};
+  for (size_t i = 0; i < logged; ++i) r.logged.push_back({&s.logged[i], std::move(all[i + 1])});
   return r;
 }
 
-// The phases, and with a group the communication figures: means under the plain names
-// (data_ms, comm_total_ms, overlap, ...), max_* beside them.
-void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
-  for (int p = 0; p < kPhases; ++p) {
-    j[std::string(kPhaseNames[p]) + "_ms"] = mean.phase_ms[p];
-    if (max) j["max_" + std::string(kPhaseNames[p]) + "_ms"] = max->phase_ms[p];
+void put_figures(nlohmann::json& j, Records record, const Values& value, const Values* max) {
+  const std::vector<Metric>& metrics = value.schema().metrics();
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    const Metric& m = metrics[i];
+    if (!(m.records & record) || (m.comm && !max)) continue;
+    const std::string& key = m.key(record);
+    j[key] = value[MetricId{i}];
+    if (max && m.across == Across::mean_max) j["max_" + key] = (*max)[MetricId{i}];
   }
-  if (!max) return;
-  for (const auto& [key, a, b] : {std::tuple{"comm_total_ms", mean.comm_total_ms, max->comm_total_ms},
-                                  std::tuple{"comm_cpu_ms", mean.comm_cpu_ms, max->comm_cpu_ms},
-                                  std::tuple{"bytes_sent", mean.bytes_sent, max->bytes_sent},
-                                  std::tuple{"bytes_received", mean.bytes_received, max->bytes_received},
-                                  std::tuple{"overlap", mean.overlap, max->overlap}}) {
-    j[key] = a;
-    j[std::string("max_") + key] = b;
+}
+
+void trace_counters(TraceWriter& trace, Clock::time_point at, const Values& figures) {
+  if (!trace.enabled()) return;
+  const std::vector<Metric>& metrics = figures.schema().metrics();
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    if (metrics[i].records & kIterationRecord)
+      trace.counter(metrics[i].name, at, {{metrics[i].name, figures[MetricId{i}]}});
   }
 }
 
@@ -173,49 +120,61 @@ nlohmann::json bucket_tuning_json(const comm::BucketTuning& t) {
           {"chosen", caps_json(t.tried.at(static_cast<size_t>(t.chosen)))}};
 }
 
-void put_epoch_traffic(nlohmann::json& j, const AcrossRanks& a) {
-  const EpochTraffic& m = a.traffic_mean;
-  j["epoch_bytes_sent"] = m.sent;
-  j["epoch_bytes_received"] = m.received;
-  j["epoch_bytes_sent_closed_form"] = m.model_sent;
-  j["epoch_bytes_received_closed_form"] = m.model_received;
-  j["max_epoch_bytes_sent"] = a.traffic_max.sent;
-  j["max_epoch_bytes_received"] = a.traffic_max.received;
-  j["rounds"] = m.rounds;
+namespace {
+
+// How the table writes a figure of `unit`: scale, decimals, unit.
+struct Shown {
+  double scale;
+  int decimals;
+  const char* unit;
+};
+
+Shown shown(Unit unit) {
+  switch (unit) {
+    case Unit::ms: return {1, 1, "ms"};
+    case Unit::bytes: return {1e-6, 2, "MB"};
+    case Unit::ratio: return {100, 1, "%"};
+    case Unit::count: return {1, 0, ""};
+    case Unit::per_second: return {1, 1, "/s"};
+    case Unit::value: return {1, 4, ""};
+  }
+  return {1, 4, ""};
 }
 
-// Rank 0's table at the end of an epoch: per iteration, the mean over the ranks and the
-// largest rank's figure (each row its own slowest rank). One process: its own figures.
-void print_epoch_table(const AcrossRanks& a, int world, bool distributed) {
-  const Figures& m = a.mean;
-  const Figures& x = a.max;
-  auto row = [&](const char* label, double mean, double max, const char* unit, bool share) {
-    std::string line = fmt::format("  {:<28}{:>10.{}f} {:<2}", label, mean, unit[0] == 'M' ? 2 : 1, unit);
-    line += share ? fmt::format(" ({:3.0f}%)", m.step_ms > 0 ? 100 * mean / m.step_ms : 0.0)
-                  : std::string(7, ' ');
-    if (distributed) line += fmt::format("{:>12.{}f} {}", max, unit[0] == 'M' ? 2 : 1, unit);
-    line.erase(line.find_last_not_of(' ') + 1);
-    fmt::print("{}\n", line);
-  };
-  if (distributed) {
-    fmt::print("  {:<28}{:>12}{:>22}\n", fmt::format("per iteration, {} ranks", world), "mean",
-               "max");
+// One row: label, the mean, its share of the whole (phases), the largest rank's.
+std::string table_row(const Metric& m, double mean, double max, double whole, bool distributed) {
+  const Shown u = shown(m.unit);
+  std::string line = fmt::format("  {:<28}{:>10.{}f} {:<2}", m.label, mean * u.scale, u.decimals, u.unit);
+  line += !m.part_of.empty() ? fmt::format(" ({:3.0f}%)", whole > 0 ? 100 * mean / whole : 0.0)
+                             : std::string(7, ' ');
+  if (distributed) line += fmt::format("{:>12.{}f} {}", max * u.scale, u.decimals, u.unit);
+  line.erase(line.find_last_not_of(' ') + 1);
+  return line;
+}
+
+}  // namespace
+
+std::string epoch_table(const Combined& epoch, int world, bool distributed) {
+  const Schema& schema = epoch.value.schema();
+  std::string table;
+  for (const bool totals : {false, true}) {
+    bool header = false;
+    for (size_t i = 0; i < schema.size(); ++i) {
+      const Metric& m = schema.metrics()[i];
+      if (m.label.empty() || !(m.records & kEpochRecord) || (m.comm && !distributed) ||
+          (m.over == Over::sum) != totals || (m.if_nonzero && epoch.max[MetricId{i}] == 0))
+        continue;
+      if (!header && distributed) {
+        table += fmt::format("  {:<28}{:>12}{:>22}\n", totals ? "whole epoch, per rank"
+                                                              : fmt::format("per iteration, {} ranks", world),
+                             "mean", "max");
+      }
+      header = true;
+      const double whole = m.part_of.empty() ? 0 : epoch.value[schema.id(m.part_of)];
+      table += table_row(m, epoch.value[MetricId{i}], epoch.max[MetricId{i}], whole, distributed) + "\n";
+    }
   }
-  for (int p = 0; p < kPhases; ++p) {
-    if (p == kComm && !distributed) continue;  // one process: nothing to wait for
-    row(kPhaseLabels[p], m.phase_ms[p], x.phase_ms[p], "ms", /*share=*/true);
-  }
-  row("iteration", m.step_ms, x.step_ms, "ms", false);
-  if (!distributed) return;
-  row("comm total (comm thread)", m.comm_total_ms, x.comm_total_ms, "ms", false);
-  row("comm thread cpu", m.comm_cpu_ms, x.comm_cpu_ms, "ms", false);
-  row("sent", m.bytes_sent / 1e6, x.bytes_sent / 1e6, "MB", false);
-  row("received", m.bytes_received / 1e6, x.bytes_received / 1e6, "MB", false);
-  row("overlap (1 - exposed/total)", 100 * m.overlap, 100 * x.overlap, "%", false);
-  const EpochTraffic& t = a.traffic_mean;
-  fmt::print("  epoch, per rank: sent {:.2f} MB, received {:.2f} MB (closed form {:.2f} / {:.2f} MB){}\n",
-             t.sent / 1e6, t.received / 1e6, t.model_sent / 1e6, t.model_received / 1e6,
-             t.rounds > 0 ? fmt::format(", {:.0f} model averages", t.rounds) : "");
+  return table;
 }
 
 }  // namespace ringflow::apps

@@ -25,17 +25,6 @@
 
 namespace ringflow::apps {
 
-comm::Algorithm algorithm_from_flag(const std::string& name) {
-  return name == "rd" ? comm::Algorithm::recursive_doubling : comm::algorithm_from_name(name);
-}
-
-DType precision_dtype(const std::string& name) {
-  if (name == "fp32") return DType::f32;
-  if (name == "fp16") return DType::f16;
-  if (name == "bf16") return DType::bf16;
-  throw std::invalid_argument("unknown precision '" + name + "' (choices: fp32, fp16, bf16)");
-}
-
 namespace {
 
 // This process's rank and the number of processes the launcher started, read from its
@@ -56,18 +45,30 @@ Place launched_place() {
 
 int launched_ranks() { return launched_place().size; }
 
+// The process group of --launcher and --transport; a transport that cannot be had is named
+// by its flag.
+comm::LaunchedGroup launch(const Flags& f, comm::Timeout timeout) {
+  try {
+    return comm::launch_group({.launcher = f.launcher, .transport = f.transport,
+                               .socket_interface = f.socket_interface,
+                               .checking = comm::comm_check_requested_by_env(), .timeout = timeout});
+  } catch (const comm::TransportError& e) {
+    throw std::invalid_argument(fmt::format("--transport {}: {}", flag_name(e.asked), e.detail));
+  }
+}
+
 }  // namespace
 
 Data open_data(const Flags& f, const Shape& model_input, int rank, int world) {
   if (is_image_dataset(f.dataset)) return open_image_data(f, model_input, rank, world);
   Data d;
-  if (f.dataset == "fashion-mnist") {
+  if (f.dataset == DatasetKind::fashion_mnist) {
     const std::string dir = f.data_dir.empty() ? data::kFashionMnistDir : f.data_dir;
     d.train = data::Mnist::open(dir, /*train=*/true);
     d.test = data::Mnist::open(dir, /*train=*/false);
     auto norm = std::make_shared<data::Normalize>(std::vector<float>{0.2860f}, std::vector<float>{0.3530f});
     d.train_transforms = d.test_transforms = {norm};
-  } else if (f.dataset == "cifar10") {
+  } else if (f.dataset == DatasetKind::cifar10) {
     const std::string dir = f.data_dir.empty() ? "data/cifar-10-batches-bin" : f.data_dir;
     d.train = data::Cifar10::open(dir, /*train=*/true);
     d.test = data::Cifar10::open(dir, /*train=*/false);
@@ -88,10 +89,10 @@ Data open_data(const Flags& f, const Shape& model_input, int rank, int world) {
     if (set->image_shape() != model_input)
       throw std::invalid_argument(fmt::format(
           "--model {} takes images of shape {}, but the {} set of --dataset {}{} has {}", f.model,
-          shape_str(model_input), name, f.dataset, where, shape_str(set->image_shape())));
+          shape_str(model_input), name, flag_name(f.dataset), where, shape_str(set->image_shape())));
     if (set->size() == 0)
       throw std::invalid_argument(fmt::format("the {} set of --dataset {}{} is empty", name,
-                                              f.dataset, where));
+                                              flag_name(f.dataset), where));
   }
   return d;
 }
@@ -123,11 +124,14 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Flags& f, std::vector<Ten
 std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f) {
   const int64_t main_epochs = std::max(1, f.epochs - f.warmup_epochs);
   std::shared_ptr<const optim::LRSchedule> main;
-  if (f.schedule == "none") main = std::make_shared<optim::StepLR>(1, 1.0);
-  else if (f.schedule == "step") main = std::make_shared<optim::StepLR>(std::max<int64_t>(1, main_epochs / 3));
-  else if (f.schedule == "multistep")
-    main = std::make_shared<optim::MultiStepLR>(std::vector<int64_t>{main_epochs / 2, main_epochs * 3 / 4});
-  else main = std::make_shared<optim::CosineAnnealingLR>(main_epochs);
+  switch (f.schedule) {
+    case ScheduleKind::none: main = std::make_shared<optim::StepLR>(1, 1.0); break;
+    case ScheduleKind::step: main = std::make_shared<optim::StepLR>(std::max<int64_t>(1, main_epochs / 3)); break;
+    case ScheduleKind::multistep:
+      main = std::make_shared<optim::MultiStepLR>(std::vector<int64_t>{main_epochs / 2, main_epochs * 3 / 4});
+      break;
+    case ScheduleKind::cosine: main = std::make_shared<optim::CosineAnnealingLR>(main_epochs); break;
+  }
   if (f.warmup_epochs == 0) return main;
   auto warmup = std::make_shared<optim::LinearLR>(0.1, 1.0, f.warmup_epochs);
   return std::make_shared<optim::SequentialLR>(
@@ -172,10 +176,7 @@ Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
           "--sync none trains one process, but the launcher started {}; pick --sync "
           "gather-scatter, allreduce, ddp or fedavg", launched_ranks()));
   } else {
-    const comm::LaunchedGroup launched = comm::launch_group(
-        {.launcher = comm::launcher_from_name(f.launcher), .transport = f.transport,
-         .socket_interface = f.socket_interface, .checking = comm::comm_check_requested_by_env(),
-         .timeout = comm_timeout});
+    const comm::LaunchedGroup launched = launch(f, comm_timeout);
     s.pg = launched.group;
     s.transport = launched.transport;
     s.node = launched.node;
@@ -188,7 +189,7 @@ Setup set_up(const Flags& f, SyncMode mode, comm::Timeout comm_timeout) {
   // The training thread's device, before any tensor is made (NCCL's group takes it too).
   if (s.device.device.is_cuda()) set_cuda_device(s.device.device.index);
   s.grad_pg = s.pg;
-  if (s.pg && s.backend == "nccl")
+  if (s.pg && s.backend == BackendKind::nccl)
     s.grad_pg = std::make_shared<comm::NcclProcessGroup>(
         *s.pg, comm::NcclProcessGroupOptions{.device = s.device.device.index, .timeout = comm_timeout});
   return s;

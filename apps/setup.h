@@ -18,7 +18,7 @@ namespace ringflow::apps {
 // Where a rank trains and which groups carry its collectives.
 struct Setup {
   DeviceChoice device;
-  std::string backend;                          // the gradients' group: "mpi" or "nccl"
+  BackendKind backend = BackendKind::mpi;       // the gradients' group: mpi or nccl
   std::shared_ptr<comm::ProcessGroup> pg;       // MPI (the CPU-side statistics); null: --sync none
   std::shared_ptr<comm::ProcessGroup> grad_pg;  // the gradients': pg, or NCCL's over it
   std::string transport;                        // what our allreduce algorithms talk through
@@ -64,11 +64,5 @@ std::string rank_prefix();
 
 // The --schedule (stepped per epoch), after --warmup-epochs of linear warm-up.
 std::shared_ptr<const optim::LRSchedule> make_schedule(const Flags& f);
-
-// The dtype of a precision flag's name: fp32, fp16 or bf16.
-DType precision_dtype(const std::string& name);
-
-// --algo's names ("rd": recursive doubling).
-comm::Algorithm algorithm_from_flag(const std::string& name);
 
 }  // namespace ringflow::apps

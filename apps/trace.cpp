@@ -90,4 +90,9 @@ void TraceWriter::flow(std::string_view name, Track from_track, Clock::time_poin
          {"tid", static_cast<int>(to_track)}, {"ts", micros(to)}});
 }
 
+void TraceWriter::counter(std::string_view name, Clock::time_point at, const nlohmann::json& values) {
+  if (!enabled()) return;
+  write({{"ph", "C"}, {"name", name}, {"pid", pid_}, {"ts", micros(at)}, {"args", values}});
+}
+
 }  // namespace ringflow::apps

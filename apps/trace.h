@@ -9,7 +9,8 @@
 //   tid 2 "comm": each collective as the communication thread ran it (ddp: one span per
 //         bucket, and the buffer broadcast before forward where the model has buffers;
 //         gather-scatter and allreduce: one per gradient), with a flow arrow from the
-//         moment the training thread launched it.
+//         moment the training thread launched it;
+//   counters: each iteration's figures (train's schema: bytes, overlap, loss, ...), a track each.
 // Timestamps are microseconds on the steady clock since `origin` (one per rank). Events are
 // streamed to the file as they come (each one serialised by nlohmann::json); the closing
 // brackets are written by close() or the destructor, so a run that throws still leaves a
@@ -56,6 +57,10 @@ class TraceWriter {
   // allreduce on the comm track).
   void flow(std::string_view name, Track from_track, Clock::time_point from, Track to_track,
             Clock::time_point to);
+
+  // A counter ("ph": "C") at `at` on this rank: `values` ({series: number}) are its
+  // series, drawn as one track named `name` (the figures of apps/step_metrics.h, one each).
+  void counter(std::string_view name, Clock::time_point at, const nlohmann::json& values);
 
   // Writes the closing brackets and closes the file (also done by the destructor).
   void close();

@@ -44,6 +44,8 @@
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cpu/allocator.h"
+#include "ringflow/kernels/cuda_memory.h"
 #include "ringflow/models/registry.h"
 
 namespace ringflow::apps {
@@ -111,13 +113,21 @@ void trace_step(TraceWriter& trace, int64_t epoch, int64_t step, int64_t global_
   }
 }
 
+// The device allocator's peak of tensor bytes since its last reset (the epoch's start).
+double peak_tensor_bytes(Device device) {
+  return static_cast<double>(device.is_cuda() ? cuda_memory_stats(device.index).peak_allocated
+                                              : cpu_allocator_stats().peak_allocated);
+}
+
+void reset_peak_tensor_bytes(Device device) {
+  if (device.is_cuda()) cuda_reset_peak_memory_stats(device.index);
+  else cpu_allocator_reset_peak();
+}
+
 // One iteration as this rank ran it: what the epoch aggregates, and the times the trace draws.
 struct StepRecord {
-  Figures figures;
-  double loss_sum = 0;  // over the micro-batches
-  int64_t correct = 0, seen = 0;
+  Values figures{step_metrics().schema};
   bool ran_out = false;  // the loader ran dry before the step was whole
-  bool skipped = false;  // fp16: a gradient was inf or NaN, the optimizer did not step
   Clock::time_point start, optimizer_start, end;
   // Per micro-batch: before loading, forward, backward, after_backward, and its end.
   std::vector<std::array<Clock::time_point, 5>> marks;
@@ -139,7 +149,7 @@ class Trainer {
   void export_weights();
   void clip_gradients();
   std::string progress(int64_t epoch, int64_t step) const;
-  void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps, double images_per_s) const;
+  void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps) const;
   void set_threads_and_batch();
   void place_threads();
   std::chrono::nanoseconds comm_cpu_time() const;
@@ -196,7 +206,7 @@ class Trainer {
 
 Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
     : f_(f),
-      mode_(sync_mode_from_name(f.sync)),
+      mode_(f.sync),
       comm_timeout_(static_cast<int64_t>(f.comm_timeout_s * 1000)),
       setup_(set_up(f, mode_, comm_timeout_)),
       pg_(setup_.pg.get()),
@@ -204,7 +214,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       rank_(pg_ ? pg_->rank() : 0),
       lead_(rank_ == 0),
       chatty_(lead_ && !f.quiet),
-      info_{{"model", f.model}, {"dataset", f.dataset}, {"optimizer", optimizer_name(f.optimizer)}},
+      info_{{"model", f.model}, {"dataset", flag_name(f.dataset)}, {"optimizer", flag_name(f.optimizer)}},
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
@@ -216,13 +226,13 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
   // Collective from here on: rank 0's state everywhere.
   sync_ = std::make_unique<GradientSync>(
       model_, setup_.grad_pg,
-      SyncOptions{.mode = mode_, .algorithm = algorithm_from_flag(f_.algo),
+      SyncOptions{.mode = mode_, .algorithm = f_.algo,
                   .bucket_cap_mb = f_.bucket_cap_mb, .tune_bucket_caps = f_.tune_buckets,
                   .comm_hook = f_.comm_hook,
                   .find_unused_parameters = f_.find_unused, .timeout = comm_timeout_,
                   .local_steps = f_.local_steps, .local_epochs = std::max(1, f_.local_epochs),
-                  .topology = comm::average_topology_from_name(f_.fed_topology),
-                  .wire = precision_dtype(f_.comm_precision)});
+                  .topology = f_.fed_topology,
+                  .wire = f_.comm_precision});
   print_header();
   metrics_ = std::make_unique<Metrics>(lead_ ? f_.metrics : "");
   write_metrics_header();
@@ -231,8 +241,8 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
   // ranks' traces line up to within a collective's latency.
   trace_ = std::make_unique<TraceWriter>(
       f_.trace.empty() ? "" : trace_path_for_rank(f_.trace, rank_, world_), rank_, Clock::now(),
-      nlohmann::json{{"model", f_.model}, {"dataset", f_.dataset}, {"sync", f_.sync},
-                     {"algo", f_.algo}, {"world", world_}, {"local_batch", local_batch_}});
+      nlohmann::json{{"model", f_.model}, {"dataset", flag_name(f_.dataset)}, {"sync", flag_name(f_.sync)},
+                     {"algo", flag_name(f_.algo)}, {"world", world_}, {"local_batch", local_batch_}});
 }
 
 void Trainer::set_threads_and_batch() {
@@ -241,7 +251,7 @@ void Trainer::set_threads_and_batch() {
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / setup_.node.local_size);
   }
   if (threads > 0) set_num_threads(threads);
-  set_conv_algorithm(conv_algorithm_from_name(f_.conv_algo));
+  set_conv_algorithm(f_.conv_algo);
   local_batch_ = f_.batch_size;
   if (f_.global_batch > 0) {
     const int64_t per_step = int64_t{world_} * f_.grad_accum;
@@ -258,14 +268,15 @@ void Trainer::set_threads_and_batch() {
 // gradients) on a core of their own, the compute threads (and the loader's, started later)
 // on the others (comm/base/cpu_affinity.h).
 void Trainer::place_threads() {
-  if (!pg_ || f_.comm_thread_cpu == "none") return;
+  using Kind = CommThreadCpu::Kind;
+  if (!pg_ || f_.comm_thread_cpu.kind == Kind::none) return;
   const std::vector<int> cpus = comm::allowed_cpus();
   comm::ThreadPlacement p;
-  if (f_.comm_thread_cpu == "auto") {
+  if (f_.comm_thread_cpu.kind == Kind::automatic) {
     p = comm::place_comm_thread(cpus, setup_.node.local_rank, setup_.node.local_size,
                                 num_threads());
   } else {
-    p.comm_cpu = std::stoi(f_.comm_thread_cpu);
+    p.comm_cpu = f_.comm_thread_cpu.cpu;
     std::copy_if(cpus.begin(), cpus.end(), std::back_inserter(p.compute_cpus),
                  [&](int c) { return c != *p.comm_cpu; });
     p.why = fmt::format("communication thread on CPU {}, compute threads on {}", *p.comm_cpu,
@@ -294,7 +305,7 @@ void Trainer::check_memory() {
   double fits = 1;
   std::string why;
   if (setup_.device.device.is_cpu()) {
-    const StepMemory m = measure_step_memory(f_.model, precision_dtype(f_.precision));
+    const StepMemory m = measure_step_memory(f_.model, f_.precision);
     // The optimizer's momentum, DDP's buckets and the loader's batches in flight come on top.
     const double params = m.parameter_bytes;
     const int64_t image = shape_numel(models::model_input_shape(f_.model)) * 4;
@@ -332,7 +343,7 @@ void Trainer::make_data_and_model() {
   }
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
   std::shared_ptr<const data::Sampler> sampler;
-  const data::Partition partition = data::partition_from_name(f_.partition);
+  const data::Partition& partition = f_.partition;
   if (!partition.iid()) {
     std::vector<std::vector<int64_t>> shares =
         data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
@@ -360,7 +371,7 @@ void Trainer::make_data_and_model() {
     throw std::invalid_argument(
         !partition.iid() ? fmt::format("--partition {} gave rank {} {} training images, fewer "
                                        "than one step's {}; raise ALPHA or lower --batch-size",
-                                       f_.partition, rank_, train_loader_->epoch_size(),
+                                       flag_name(f_.partition), rank_, train_loader_->epoch_size(),
                                        local_batch_ * f_.grad_accum)
         : f_.global_batch > 0 ? fmt::format("--global-batch {} exceeds the {} training images",
                                           f_.global_batch, data_.train->size())
@@ -371,7 +382,7 @@ void Trainer::make_data_and_model() {
                                   train_loader_->epoch_size()));
   optimizer_ = make_optimizer(f_, model_->parameters());
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
-  if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
+  if (f_.precision == DType::f16) scaler_ = std::make_unique<optim::GradScaler>();
   guard_ = std::make_unique<NonFiniteGuard>(f_.on_nonfinite, f_.nonfinite_check_every,
                                             /*scaler_checks_grads=*/scaler_ != nullptr);
 }
@@ -382,7 +393,7 @@ void Trainer::make_data_and_model() {
 void Trainer::set_steps() {
   steps_ = train_loader_->num_batches() / f_.grad_accum;
   const bool own_pace = mode_ == SyncMode::fedavg && f_.local_steps == 0;
-  if (f_.partition != "iid" && !own_pace)
+  if (!f_.partition.iid() && !own_pace)
     steps_ = static_cast<int64_t>(min_over_ranks(static_cast<double>(steps_), pg_, comm_timeout_));
   if (f_.max_iters > 0) steps_ = std::min(f_.max_iters, steps_);
 }
@@ -410,45 +421,47 @@ void Trainer::check_loaded_finite(const std::string& what) const {
 
 void Trainer::print_header() const {
   if (!chatty_) return;
+  const std::string& precision = flag_name(f_.precision);
   fmt::print("{} ({} parameters) on {}: {} training and {} test images; optimizer {}; {} threads; "
-             "device {}{}\n", f_.model, model_->num_parameters(), f_.dataset, data_.train->size(),
-             data_.test->size(), optimizer_name(f_.optimizer), num_threads(), setup_.device.note,
-             f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
-                                                       f_.precision));
+             "device {}{}\n", f_.model, model_->num_parameters(), flag_name(f_.dataset),
+             data_.train->size(), data_.test->size(), flag_name(f_.optimizer), num_threads(),
+             setup_.device.note, f_.precision == DType::f32 ? "" : fmt::format(
+                 "; mixed precision {} (f32 master weights)", precision));
   if (!data_.note.empty()) fmt::print("{}: {}\n", f_.data_dir, data_.note);
-  const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
+  const bool widened = f_.precision == DType::f16 || (f_.precision == DType::bf16 && !cpu_native_bf16());
   if (setup_.device.device.is_cpu() && widened)
     fmt::print("{} on the CPU{}: convolutions and matmuls widen to f32 inside the kernels; values "
-               "keep {}'s range and rounding, at f32 speed\n", f_.precision,
-               f_.precision == "bf16" ? " (no AVX512-BF16 here)" : "", f_.precision);
+               "keep {}'s range and rounding, at f32 speed\n", precision,
+               f_.precision == DType::bf16 ? " (no AVX512-BF16 here)" : "", precision);
   if (!pg_) return;
   std::string details;
   if (mode_ == SyncMode::ddp) {
     details = fmt::format(", buckets of {}, hook {}",
                           f_.tune_buckets ? "a measured cap (--bucket-cap-mb auto)"
                                           : fmt::format("{} MiB", f_.bucket_cap_mb),
-                          f_.comm_hook);
+                          flag_name(f_.comm_hook));
   } else if (mode_ == SyncMode::fedavg) {
     details = fmt::format(", models averaged every {} through {} as {}",
                           f_.local_steps > 0 ? fmt::format("{} local steps", f_.local_steps)
                                              : fmt::format("{} local epochs", std::max(1, f_.local_epochs)),
-                          f_.fed_topology, f_.comm_precision);
+                          flag_name(f_.fed_topology), flag_name(f_.comm_precision));
   }
-  if (f_.partition != "iid") details += fmt::format("; data split {}", f_.partition);
+  if (!f_.partition.iid()) details += fmt::format("; data split {}", flag_name(f_.partition));
   fmt::print("--sync {} on {} ranks: {} images per rank and micro-batch, {} per step (x{} "
-             "micro-batches); algorithm {} over {}{}\n", f_.sync, world_, local_batch_,
-             global_batch_, f_.grad_accum, f_.algo,
-             setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
+             "micro-batches); algorithm {} over {}{}\n", flag_name(f_.sync), world_, local_batch_,
+             global_batch_, f_.grad_accum, flag_name(f_.algo),
+             setup_.backend == BackendKind::nccl ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
              fmt::join(setup_.processes, " "));
   if (!placement_.empty())
-    fmt::print("--comm-thread-cpu {} on rank 0: {}\n", f_.comm_thread_cpu, placement_);
+    fmt::print("--comm-thread-cpu {} on rank 0: {}\n", flag_name(f_.comm_thread_cpu), placement_);
 }
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
 StepRecord Trainer::step() {
+  const StepMetrics& m = step_metrics();
   StepRecord r;
-  double* ms = r.figures.phase_ms;
+  Values& v = r.figures;
   r.start = Clock::now();
   const std::chrono::nanoseconds comm_cpu_start = comm_cpu_time();
   for (int k = 0; k < f_.grad_accum; ++k) {
@@ -465,7 +478,7 @@ StepRecord Trainer::step() {
     Tensor logits, loss;
     {
       std::optional<AutocastGuard> amp;
-      if (f_.precision != "fp32") amp.emplace(precision_dtype(f_.precision));
+      if (f_.precision != DType::f32) amp.emplace(f_.precision);
       logits = sync_->forward(batch_.images, last);
       loss = cross_entropy(logits, batch_.labels, Reduction::mean, f_.label_smoothing);
     }
@@ -475,45 +488,47 @@ StepRecord Trainer::step() {
     t[3] = Clock::now();
     sync_->after_backward(last);
     t[4] = Clock::now();
-    ms[kData] += ms_between(t[0], t[1]);
-    ms[kForward] += ms_between(t[1], t[2]);
-    ms[kBackward] += ms_between(t[2], t[3]);
-    ms[kComm] += ms_between(t[3], t[4]);
-    r.loss_sum += loss.item();
+    v[m.data_ms] += ms_between(t[0], t[1]);
+    v[m.forward_ms] += ms_between(t[1], t[2]);
+    v[m.backward_ms] += ms_between(t[2], t[3]);
+    v[m.comm_ms] += ms_between(t[3], t[4]);
+    v[m.loss_sum] += loss.item();
     NoGradGuard no_grad;
-    r.correct += static_cast<int64_t>(sum(eq(argmax(logits, 1), batch_.labels)).item());
-    r.seen += batch_.labels.numel();
+    v[m.correct] += sum(eq(argmax(logits, 1), batch_.labels)).item();
+    v[m.seen] += static_cast<double>(batch_.labels.numel());
   }
   // Waiting inside forward and backward is communication, not compute.
   r.comm = sync_->take();
-  ms[kForward] -= r.comm.forward_wait_ms;
-  ms[kBackward] -= r.comm.backward_wait_ms;
-  ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
+  v[m.forward_ms] -= r.comm.forward_wait_ms;
+  v[m.backward_ms] -= r.comm.backward_wait_ms;
+  v[m.comm_ms] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
   clip_gradients();
-  if (!guard_->allow_step(r.loss_sum / f_.grad_accum, model_->parameters(), pos_.iteration + 1)) {
-    r.skipped = true;  // --on-nonfinite skip
+  if (!guard_->allow_step(v[m.loss_sum] / f_.grad_accum, model_->parameters(), pos_.iteration + 1)) {
+    v[m.skipped_steps] = 1;  // --on-nonfinite skip
   } else if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
-    r.skipped = !scaler_->step(*optimizer_);
+    v[m.skipped_steps] = scaler_->step(*optimizer_) ? 0 : 1;
     scaler_->update();
   } else {
     optimizer_->step();
   }
   sync_->zero_grad(*optimizer_);
-  ms[kOptimizer] = ms_since(r.optimizer_start);
-  if (sync_->after_step(r.seen)) {  // fedavg's round
+  v[m.optimizer_ms] = ms_since(r.optimizer_start);
+  if (sync_->after_step(static_cast<int64_t>(v[m.seen]))) {  // fedavg's round
     const StepComm round = sync_->take();
-    ms[kComm] += round.after_wait_ms;
+    v[m.comm_ms] += round.after_wait_ms;
     r.comm += round;
   }
   r.end = Clock::now();
-  r.figures.step_ms = ms_between(r.start, r.end);
-  r.figures.comm_total_ms = r.comm.comm_ms;
-  r.figures.comm_cpu_ms =
-      std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
-  r.figures.bytes_sent = static_cast<double>(r.comm.traffic.sent);
-  r.figures.bytes_received = static_cast<double>(r.comm.traffic.received);
-  r.figures = r.figures.with_overlap();
+  v[m.step_ms] = ms_between(r.start, r.end);
+  v[m.comm_cpu_ms] = std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
+  r.comm.record(v);
+  v[m.images] = v[m.seen];
+  v[m.batches] = f_.grad_accum;
+  v[m.loss] = v[m.loss_sum] / f_.grad_accum;
+  v[m.lr] = optimizer_->lr();
+  v[m.peak_memory] = peak_tensor_bytes(setup_.device.device);
+  v.derive();
   return r;
 }
 
@@ -526,6 +541,7 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
   window_ = start.window;
   epoch_start_ = Clock::now();
   epoch_first_ = first;
+  reset_peak_tensor_bytes(setup_.device.device);
   train_loader_->start_epoch(epoch, first * f_.grad_accum);
   for (int64_t i = first; i < steps_; ++i) {
     const StepRecord r = step();
@@ -535,21 +551,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if (trace_->enabled()) {
       trace_step(*trace_, epoch, i + 1, pos_.iteration, r.start, r.marks, r.optimizer_start,
                  r.end, r.comm);
+      trace_counters(*trace_, r.end, r.figures);
     }
-    s.loss_sum += r.loss_sum;
-    s.correct += r.correct;
-    s.skipped += r.skipped;
-    s.seen += r.seen;
-    s.batches += f_.grad_accum;
-    s.traffic.add(r.comm.traffic, r.comm.model, r.comm.rounds);
-    window_loss_ += r.loss_sum / f_.grad_accum;  // this rank's
+    s.tally.add_iteration(r.figures);
+    window_loss_ += r.figures[step_metrics().loss];  // this rank's
     ++window_;
-    if (i > 0) {  // the first iteration pays for first-touch allocations and caches
-      s.sum += r.figures;
-      ++s.timed_steps;
-    } else {
-      s.first = r.figures;
-    }
     report_bucket_tuning();
     if ((i + 1) % f_.log_every == 0 || i + 1 == steps_) {
       log_iteration(s, epoch, i + 1, r);
@@ -569,8 +575,9 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     skipped_ = 0;
   }
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
-    const StepComm round = sync_->take();
-    s.traffic.add(round.traffic, round.model, round.rounds);
+    Values round(step_metrics().schema);
+    sync_->take().record(round);
+    s.tally.add_between(round);
   }
   return s;
 }
@@ -592,10 +599,9 @@ void Trainer::report_bucket_tuning() {
 // prints the loss line, and alone writes the metrics line at once.
 void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r) {
   const double loss = window_loss_ / window_;
-  if (pg_) {
-    s.logged.push_back({step, pos_.iteration, r.figures, loss, static_cast<double>(r.correct),
-                        static_cast<double>(r.seen), WallClock::now()});
-  }
+  Values figures = r.figures;
+  figures[step_metrics().loss] = loss;
+  if (pg_) s.logged.push_back({step, pos_.iteration, figures, WallClock::now()});
   window_loss_ = 0;
   window_ = 0;
   if (!lead_) return;
@@ -606,11 +612,8 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
   }
   if (pg_) return;  // under a launcher: with every rank's figures, at the epoch's end
   nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", step},
-                   {"global_iteration", pos_.iteration}, {"loss", loss},
-                   {"accuracy", static_cast<double>(r.correct) / r.seen},
-                   {"lr", optimizer_->lr()}, {"step_ms", r.figures.step_ms},
-                   {"images_per_s", global_batch_ / r.figures.step_ms * 1e3}};
-  put_figures(j, r.figures, nullptr);
+                   {"global_iteration", pos_.iteration}};
+  put_figures(j, kIterationRecord, figures, nullptr);
   metrics_->write(j);
 }
 
@@ -618,12 +621,8 @@ void Trainer::log_iteration(EpochStats& s, int64_t epoch, int64_t step, const St
 void Trainer::write_iterations(int64_t epoch, const std::vector<AcrossRanks::Iteration>& logged) {
   for (const AcrossRanks::Iteration& r : logged) {
     nlohmann::json j{{"type", "iteration"}, {"epoch", epoch}, {"iteration", r.mine->step},
-                     {"global_iteration", r.mine->global_iteration}, {"loss", r.loss},
-                     {"accuracy", r.seen > 0 ? r.correct / r.seen : 0.0}, {"lr", optimizer_->lr()},
-                     {"step_ms", r.mean.step_ms},
-                     {"images_per_s", r.mean.step_ms > 0 ? global_batch_ / r.mean.step_ms * 1e3 : 0.0},
-                     {"max_step_ms", r.max.step_ms}, {"ranks", world_}};
-    put_figures(j, r.mean, &r.max);
+                     {"global_iteration", r.mine->global_iteration}, {"ranks", world_}};
+    put_figures(j, kIterationRecord, r.figures.value, &r.figures.max);
     metrics_->write(j, r.mine->logged_at);
   }
 }
@@ -634,38 +633,31 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
   const AcrossRanks a = across_ranks(s, pg_, comm_timeout_);
   trace_->span(Track::compute, "epoch statistics across ranks", "epoch", summary_start,
                Clock::now(), {{"epoch", epoch}});
-  const Figures& mean = a.mean;
-  const double images_per_s = mean.step_ms > 0 ? global_batch_ / mean.step_ms * 1e3 : 0;
+  const StepMetrics& m = step_metrics();
+  const Values& job = a.epoch.value;
   write_iterations(epoch, a.logged);
   nlohmann::json j{{"type", "epoch"}, {"epoch", epoch}, {"global_iteration", pos_.iteration},
-                   {"train_loss", a.loss_sum / std::max<int64_t>(1, a.batches)},
-                   {"train_accuracy", static_cast<double>(a.correct) / std::max<int64_t>(1, a.seen)},
-                   {"ms_per_iteration", mean.step_ms}, {"lr", optimizer_->lr()},
-                   {"images_per_s", images_per_s}, {"timed_iterations", s.timed_steps},
-                   {"timing_includes_first", a.first_only}};
-  put_figures(j, mean, pg_ ? &a.max : nullptr);
+                   {"timed_iterations", s.tally.timed()}, {"timing_includes_first", a.first_only}};
+  put_figures(j, kEpochRecord, job, pg_ ? &a.epoch.max : nullptr);
   if (pg_) {
-    put_epoch_traffic(j, a);
     j["ranks"] = world_;
-    j["sync"] = f_.sync;
-    j["max_ms_per_iteration"] = a.max.step_ms;
+    j["sync"] = flag_name(f_.sync);
   }
   if (lead_) {
-    print_epoch_speed(epoch, a, s.timed_steps, images_per_s);
-    if (chatty_) print_epoch_table(a, world_, pg_ != nullptr);
+    print_epoch_speed(epoch, a, s.tally.timed());
+    if (chatty_) fmt::print("{}", epoch_table(a.epoch, world_, pg_ != nullptr));
     if (scaler_ && chatty_) {
-      fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
-                 "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
+      fmt::print("  fp16 loss scale {:g} after the epoch; {:.0f} steps skipped in it (inf or NaN "
+                 "gradients), {} in all\n", scaler_->get_scale(), job[m.skipped_steps],
+                 scaler_->skipped_steps());
     }
-    if (!scaler_ && s.skipped > 0 && chatty_) {
-      fmt::print("  {} steps skipped in the epoch (inf or NaN gradients, --on-nonfinite skip)\n",
-                 s.skipped);
+    if (!scaler_ && job[m.skipped_steps] > 0 && chatty_) {
+      fmt::print("  {:.0f} steps skipped in the epoch (inf or NaN gradients, --on-nonfinite skip)\n",
+                 job[m.skipped_steps]);
     }
     if (scaler_) j["loss_scale"] = scaler_->get_scale();
-    if (scaler_ || s.skipped > 0) j["skipped_steps"] = s.skipped;
-    fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
-               a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
-               100.0 * a.correct / std::max<int64_t>(1, a.seen));
+    fmt::print("Training set: Average loss: {:.4f}, Accuracy: {:.0f}/{:.0f} ({:.0f}%)\n",
+               job[m.train_loss], job[m.correct], job[m.seen], 100 * job[m.accuracy]);
     if (f_.eval_every > 0 && (epoch % f_.eval_every == 0 || epoch == f_.epochs)) {
       const auto eval_start = Clock::now();
       report_test_set(j);  // the model itself: local
@@ -700,16 +692,16 @@ void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
 
 // The epoch's time per iteration: over those after the first, or the first's when it ran
 // no other (it includes first-touch allocations and the kernels' first-call set-up).
-void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps,
-                                double images_per_s) const {
+void Trainer::print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps) const {
   if (!chatty_) return;
+  const double ms = a.epoch.value[step_metrics().step_ms];
+  const double images_per_s = a.epoch.value[step_metrics().images_per_s];
   if (a.first_only) {
     fmt::print("Epoch [{}]: {:.1f} ms for its one iteration, the first (with its one-time set-up; "
-               "later ones are timed without it) ({:.0f} images/s)\n", epoch, a.mean.step_ms,
-               images_per_s);
+               "later ones are timed without it) ({:.0f} images/s)\n", epoch, ms, images_per_s);
   } else {
     fmt::print("Epoch [{}]: {:.1f} ms/iteration over {} iterations after the first ({:.0f} images/s)\n",
-               epoch, a.mean.step_ms, steps, images_per_s);
+               epoch, ms, steps, images_per_s);
   }
 }
 
@@ -865,7 +857,7 @@ int main(int argc, char** argv) {
   }
   try {
     check_flag_combinations(f);
-    if (f.launcher != "env") ringflow::comm::supervise_rank();  // before any thread starts
+    if (f.launcher != ringflow::comm::Launcher::env) ringflow::comm::supervise_rank();  // before any thread starts
     Trainer trainer(f, std::vector<std::string>(argv, argv + argc));
     try {
       trainer.run();

@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
@@ -46,32 +45,30 @@ CLI::Validator at_most_threads(const char* what) {
       fmt::format("<= {}", limit));
 }
 
-// A flag of a fixed set of names, parsed once into its enum by CLI11's CheckedTransformer
-// (case-insensitive). Its names, not the enum's numbers, are what --help lists, what an
-// error lists and all that is accepted.
-template <class E>
-CLI::Validator enum_names(const std::vector<std::pair<std::string, E>>& names) {
-  std::string list;
-  for (const auto& [name, value] : names) list += (list.empty() ? "{" : ",") + name;
-  list += "}";
-  const CLI::CheckedTransformer to_enum(names, CLI::ignore_case);
-  return CLI::Validator(
-      [=](std::string& s) {
-        std::string lower = s;
-        std::transform(lower.begin(), lower.end(), lower.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        const bool named = std::any_of(names.begin(), names.end(),
-                                       [&](const auto& n) { return n.first == lower; });
-        return named ? to_enum(s) : s + " not in " + list;
-      },
-      list);
+// --device's value: cpu, cuda, cuda:N or auto (N taken literally: check_device looks at the
+// machine later).
+DeviceFlag parse_device_flag(const std::string& v) {
+  using Kind = DeviceFlag::Kind;
+  if (v == "auto") return {};
+  if (v == "cuda") return {Kind::cuda};  // not Device::parse's cuda:0: each rank its own GPU
+  try {
+    const Device d = Device::parse(v);
+    return d.is_cpu() ? DeviceFlag{Kind::cpu} : DeviceFlag{Kind::cuda, d.index};
+  } catch (const std::invalid_argument&) {
+    throw CLI::ValidationError("--device " + v, "expected cpu, cuda, cuda:N or auto");
+  }
 }
 
-const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {
-    {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
-
-const std::vector<std::pair<std::string, OnNonFinite>> kOnNonFinite = {
-    {"stop", OnNonFinite::stop}, {"skip", OnNonFinite::skip}, {"ignore", OnNonFinite::ignore}};
+// --comm-thread-cpu's value: auto, none or a CPU's number.
+CommThreadCpu parse_comm_thread_cpu(const std::string& v) {
+  if (v == "auto") return {CommThreadCpu::Kind::automatic};
+  if (v == "none") return {};
+  const bool digits = !v.empty() && v.size() < 7 &&
+                      std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits)
+    throw CLI::ValidationError("--comm-thread-cpu", "expected auto, none or a CPU number, got '" + v + "'");
+  return {CommThreadCpu::Kind::cpu, std::stoi(v)};
+}
 
 // The flags in groups, added in the order `train --help` lists them.
 
@@ -80,8 +77,7 @@ void add_training_flags(CLI::App& app, Flags& f) {
   const auto above0 = bound(0, false), at_least0 = bound(0, true);
   app.add_option("--model", f.model, "model name")->capture_default_str()
       ->check(CLI::IsMember(models::model_names()));
-  app.add_option("--dataset", f.dataset, "data set")->capture_default_str()
-      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic", "imagefolder", "shards"}));
+  add_choice(app, "--dataset", f.dataset, dataset_choices(), "data set");
   app.add_option("--data-dir", f.data_dir, "folder of the data set's files (default: "
                  "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin); imagefolder: "
                  "DIR/train/<class>/<image> and DIR/val/<class>/<image> (JPEG, PNG); shards: "
@@ -92,8 +88,8 @@ void add_training_flags(CLI::App& app, Flags& f) {
       ->capture_default_str()->check(above0);
   app.add_option("--global-batch", f.global_batch, "images per step over all ranks and micro-batches; "
                  "each rank takes its share (strong scaling)")->check(above0)->excludes(local_batch);
-  app.add_option("--optimizer", f.optimizer, "torch.optim's SGD (with --momentum), Adam or AdamW "
-                 "(decoupled weight decay)")->default_str("sgd")->transform(enum_names(kOptimizers));
+  add_choice(app, "--optimizer", f.optimizer, optimizer_choices(), "torch.optim's SGD (with "
+             "--momentum), Adam or AdamW (decoupled weight decay)");
   app.add_option("--lr,--learning-rate", f.lr, "learning rate")->capture_default_str()->check(above0);
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay,--wd", f.weight_decay, "weight decay (L2 for sgd and adam, "
@@ -102,7 +98,7 @@ void add_training_flags(CLI::App& app, Flags& f) {
                  "stop the run naming the iteration, skip that optimizer step (decided on the "
                  "averaged gradients, the same on every rank; fp16's scaler skips on its own), or "
                  "ignore; a model that is not finite is never written to or read from a checkpoint "
-                 "(ignore: a warning)")->default_str("stop")->transform(enum_names(kOnNonFinite));
+                 "(ignore: a warning)")->default_str("stop")->transform(choice_of(on_nonfinite_choices()));
   app.add_option("--nonfinite-check-every", f.nonfinite_check_every, "optimizer steps between "
                  "looks at the gradients' norm (the loss is looked at every step; 0: never; skip "
                  "looks every step)")->capture_default_str()->check(bound(0, true));
@@ -115,8 +111,7 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--weights", f.weights, "start from this model state_dict (safetensors; PyTorch's "
                  "names, e.g. a torchvision model's saved with safetensors.torch.save_file), "
                  "strictly: every tensor present, none extra, each of the model's shape");
-  app.add_option("--schedule", f.schedule, "learning-rate schedule over the epochs")->capture_default_str()
-      ->check(CLI::IsMember({"none", "step", "multistep", "cosine"}));
+  add_choice(app, "--schedule", f.schedule, schedule_choices(), "learning-rate schedule over the epochs");
   app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up epochs before the schedule")
       ->capture_default_str()->check(at_least0);
 }
@@ -127,23 +122,25 @@ void add_execution_flags(CLI::App& app, Flags& f) {
   app.add_option("--threads", f.threads, "CPU threads per rank (0: the machine's cores shared "
                  "between its ranks)")->capture_default_str()->check(at_least0)
       ->check(at_most_threads("threads"));
-  app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (Winograd where faster: "
-                 "oneDNN's in f32, ours in bf16 without AMX) or direct (the plain sum, as PyTorch's)")
-      ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
-  app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
-                 "(the GPU when one is usable, else the CPU)")->capture_default_str();
-  app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "
-                 "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  add_choice(app, "--conv-algo", f.conv_algo, conv_algorithm_choices(), "CPU convolutions: auto "
+             "(Winograd where faster: oneDNN's in f32, ours in bf16 without AMX) or direct (the "
+             "plain sum, as PyTorch's)");
+  app.add_option_function<std::string>(
+         "--device", [&f](const std::string& v) { f.device = parse_device_flag(v); },
+         "cpu, cuda (each rank its node-local GPU), cuda:N, or auto (the GPU when one is usable, "
+         "else the CPU)")
+      ->default_str("auto");
+  add_choice(app, "--backend", f.backend, backend_choices(), "process group of the gradients: mpi, "
+             "nccl (GPU tensors), or auto (nccl when each rank has a GPU of its own)");
   app.add_option("-j,--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
   app.add_option("--prefetch-factor", f.prefetch_factor, "batches each data-loading thread builds ahead")
       ->capture_default_str()->check(bound(1, true));
   app.add_flag("--no-memory-check", f.no_memory_check, "train even where the step's measured memory "
                "estimate (CPU) exceeds what the host has available");
-  app.add_option("--precision", f.precision, "fp32, or bf16 / fp16: mixed precision (autocast: "
-                 "convolutions and linear layers in 16 bits with f32 accumulation, the rest and "
-                 "the master weights in f32; fp16 with dynamic loss scaling)")->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  add_choice(app, "--precision", f.precision, precision_choices(), "fp32, or bf16 / fp16: mixed "
+             "precision (autocast: convolutions and linear layers in 16 bits with f32 "
+             "accumulation, the rest and the master weights in f32; fp16 with dynamic loss scaling)");
   app.add_option("--seed", f.seed, "seed of initialisation, shuffling and augmentation")->capture_default_str();
 }
 
@@ -185,10 +182,15 @@ void add_checkpoint_flags(CLI::App& app, Flags& f) {
                  "for bit")->capture_default_str()->check(bound(0, true));
   app.add_option("--checkpoint-keep", f.checkpoint_keep, "--checkpoint-dir: how many of the newest "
                  "checkpoints to keep")->capture_default_str()->check(bound(1, true))->needs(dir);
-  app.add_option("--resume", f.resume, "continue the run saved in this checkpoint, or auto: the "
-                 "newest in --checkpoint-dir (or --checkpoint FILE where it exists), else start "
-                 "afresh; a run that restarts itself (torchrun --max-restarts, a Slurm requeue) "
-                 "passes auto every time");
+  app.add_option_function<std::string>(
+      "--resume",
+      [&f](const std::string& v) {
+        f.resume_auto = v == "auto";
+        f.resume = f.resume_auto ? "" : v;
+      },
+      "continue the run saved in this checkpoint, or auto: the newest in --checkpoint-dir (or "
+      "--checkpoint FILE where it exists), else start afresh; a run that restarts itself "
+      "(torchrun --max-restarts, a Slurm requeue) passes auto every time");
   app.add_flag("--resume-model-only", f.resume_model_only, "--resume: the model's weights alone "
                "(the optimizer starts afresh; for a file without optimizer state)");
 }
@@ -196,26 +198,21 @@ void add_checkpoint_flags(CLI::App& app, Flags& f) {
 // Data parallelism: the sync strategy, its algorithm, the launcher and transport, ddp's knobs.
 void add_parallel_flags(CLI::App& app, Flags& f) {
   const auto above0 = bound(0, false), at_least0 = bound(0, true);
-  app.add_option("--sync", f.sync, "gradient synchronisation: none (one process), gather-scatter, "
-                 "allreduce (each gradient after backward), ddp (bucketed, overlapped) or fedavg "
-                 "(federated averaging of the models); the others under mpiexec -n N, torchrun "
-                 "or srun")->capture_default_str()
-      ->check(CLI::IsMember({"none", "gather-scatter", "allreduce", "ddp", "fedavg"}));
-  app.add_option("--algo", f.algo, "allreduce algorithm of --sync allreduce, ddp and fedavg's "
-                 "--fed-topology allreduce (hierarchical: within each node to its first rank, a "
-                 "ring among the nodes, back; auto picks it for large messages when ranks share "
-                 "nodes across several)")->capture_default_str()
-      ->check(CLI::IsMember({"auto", "ring", "tree", "rd", "native", "naive", "hierarchical"}));
-  app.add_option("--launcher", f.launcher,
-                 "how the ranks were started: mpi (mpiexec, srun with PMI), env (torchrun's "
-                 "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or Slurm's SLURM_PROCID, "
-                 "SLURM_NTASKS: a TCP rendezvous, no MPI), or auto (by the environment)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "env"}));
-  app.add_option("--transport", f.transport,
-                 "what our allreduce algorithms talk through: auto (shared memory on one node; "
-                 "across nodes, shared memory within each and TCP between them), shm, hybrid "
-                 "(shm+tcp), tcp or mpi (MPI point to point)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "shm", "hybrid", "tcp", "mpi"}));
+  add_choice(app, "--sync", f.sync, sync_choices(), "gradient synchronisation: none (one process), "
+             "gather-scatter, allreduce (each gradient after backward), ddp (bucketed, overlapped) "
+             "or fedavg (federated averaging of the models); the others under mpiexec -n N, "
+             "torchrun or srun");
+  add_choice(app, "--algo", f.algo, algorithm_choices(), "allreduce algorithm of --sync allreduce, "
+             "ddp and fedavg's --fed-topology allreduce (rd: recursive doubling; hierarchical: "
+             "within each node to its first rank, a ring among the nodes, back; auto picks it for "
+             "large messages when ranks share nodes across several)");
+  add_choice(app, "--launcher", f.launcher, launcher_choices(), "how the ranks were started: mpi "
+             "(mpiexec, srun with PMI), env (torchrun's RANK, WORLD_SIZE, MASTER_ADDR, "
+             "MASTER_PORT, or Slurm's SLURM_PROCID, SLURM_NTASKS: a TCP rendezvous, no MPI), or "
+             "auto (by the environment)");
+  add_choice(app, "--transport", f.transport, transport_choices(), "what our allreduce algorithms "
+             "talk through: auto (shared memory on one node; across nodes, shared memory within "
+             "each and TCP between them), shm, hybrid (shm+tcp), tcp or mpi (MPI point to point)");
   app.add_option("--socket-interface", f.socket_interface,
                  "--transport tcp: the network interface (default: the first up, not loopback)");
   app.add_option_function<std::string>(
@@ -236,30 +233,22 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
          "ddp: MiB per gradient bucket (0: one per parameter), or auto: chosen by measuring "
          "the first iterations with several caps (comm/ddp/bucket_tuner.h)")
       ->default_str("25");
-  app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
-                 "(no communication, gradients stay local: a reference for measurements only); "
-                 "allreduce: allreduce or noop")
-      ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));
+  add_choice(app, "--comm-hook", f.comm_hook, comm_hook_choices(), "ddp: allreduce (average), fp16 "
+             "(compressed) or noop (no communication, gradients stay local: a reference for "
+             "measurements only); allreduce: allreduce or noop");
   app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
                "after each forward");
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per optimizer step (ddp: no_sync "
                  "for all but the last)")->capture_default_str()->check(bound(1, true));
   app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
-  app.add_option("--comm-thread-cpu", f.comm_thread_cpu, "where the communication thread runs: "
-                 "auto (a core of its own, the compute threads on the rest of this rank's share "
-                 "of the node's cores, where that share holds a core beyond --threads), none "
-                 "(where the OS puts it), or a CPU number (the compute threads on the others)")
-      ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            if (s == "auto" || s == "none") return std::string();
-            const bool digits = !s.empty() && s.size() < 7 && std::all_of(s.begin(), s.end(), [](char c) {
-              return c >= '0' && c <= '9';
-            });
-            return digits ? std::string() : "expected auto, none or a CPU number, got '" + s + "'";
-          },
-          "auto|none|CPU"));
+  app.add_option_function<std::string>(
+         "--comm-thread-cpu", [&f](const std::string& v) { f.comm_thread_cpu = parse_comm_thread_cpu(v); },
+         "where the communication thread runs: auto (a core of its own, the compute threads on "
+         "the rest of this rank's share of the node's cores, where that share holds a core "
+         "beyond --threads), none (where the OS puts it), or a CPU number (the compute threads "
+         "on the others)")
+      ->default_str("none");
 }
 
 // Federated averaging and the users' data.
@@ -268,33 +257,25 @@ void add_federated_flags(CLI::App& app, Flags& f) {
                  "optimizer steps (and at each epoch's end)")->check(bound(1, true));
   app.add_option("--local-epochs", f.local_epochs, "fedavg: average the models after every E "
                  "local epochs (and after the last; the default, with E = 1)")->check(bound(1, true));
-  app.add_option("--fed-topology", f.fed_topology, "fedavg: cloud (every model to rank 0 and the "
-                 "average back, as a federated server) or allreduce (--algo)")
-      ->capture_default_str()->check(CLI::IsMember({"cloud", "allreduce"}));
-  app.add_option("--comm-precision", f.comm_precision, "fedavg: what the models travel as")
-      ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
-  app.add_option("--partition", f.partition, "how the training set is split among the ranks: iid "
-                 "(equal random shares) or dirichlet:ALPHA (by label, Dirichlet(ALPHA) proportions "
-                 "per class: non-IID users)")->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            try {
-              data::partition_from_name(s);
-              return std::string();
-            } catch (const std::exception& e) {
-              return std::string(e.what());
-            }
-          },
-          "iid|dirichlet:ALPHA"));
+  add_choice(app, "--fed-topology", f.fed_topology, fed_topology_choices(), "fedavg: cloud (every "
+             "model to rank 0 and the average back, as a federated server) or allreduce (--algo)");
+  add_choice(app, "--comm-precision", f.comm_precision, precision_choices(),
+             "fedavg: what the models travel as");
+  app.add_option_function<std::string>(
+         "--partition",
+         [&f](const std::string& v) {
+           try {
+             f.partition = data::partition_from_name(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--partition", e.what());
+           }
+         },
+         "how the training set is split among the ranks: iid (equal random shares) or "
+         "dirichlet:ALPHA (by label, Dirichlet(ALPHA) proportions per class: non-IID users)")
+      ->default_str("iid");
 }
 
 }  // namespace
-
-const char* optimizer_name(OptimizerKind kind) {
-  for (const auto& [name, value] : kOptimizers)
-    if (value == kind) return name.c_str();
-  throw std::invalid_argument("unknown optimizer " + std::to_string(static_cast<int>(kind)));
-}
 
 void add_flags(CLI::App& app, Flags& f) {
   app.set_version_flag("--version",
@@ -318,29 +299,172 @@ void add_flags(CLI::App& app, Flags& f) {
 }
 
 void check_flag_combinations(const Flags& f) {
-  if (f.sync != "fedavg") {
+  if (f.sync != SyncMode::fedavg) {
     for (const auto& [flag, set] : {std::pair{"--local-steps", f.local_steps > 0},
                                     std::pair{"--local-epochs", f.local_epochs > 0},
-                                    std::pair{"--fed-topology", f.fed_topology != "cloud"},
-                                    std::pair{"--comm-precision", f.comm_precision != "fp32"}}) {
+                                    std::pair{"--fed-topology", f.fed_topology != comm::AverageTopology::cloud},
+                                    std::pair{"--comm-precision", f.comm_precision != DType::f32}}) {
       if (set)
         throw std::invalid_argument(fmt::format(
             "{} applies to --sync fedavg, not --sync {} (ddp compresses with --comm-hook fp16)",
-            flag, f.sync));
+            flag, flag_name(f.sync)));
     }
   }
-  const bool hook_applies = f.sync == "ddp" || (f.sync == "allreduce" && f.comm_hook == "noop");
-  if (f.comm_hook != "allreduce" && !hook_applies)
+  using comm::CommHookKind;
+  const bool hook_applies = f.sync == SyncMode::ddp ||
+                            (f.sync == SyncMode::allreduce && f.comm_hook == CommHookKind::noop);
+  if (f.comm_hook != CommHookKind::allreduce && !hook_applies)
     throw std::invalid_argument(fmt::format(
-        "--comm-hook {} applies to --sync ddp{}, not --sync {}", f.comm_hook,
-        f.comm_hook == "noop" ? " and allreduce" : "", f.sync));
-  if (f.evaluate && f.weights.empty() && f.resume.empty())
+        "--comm-hook {} applies to --sync ddp{}, not --sync {}", flag_name(f.comm_hook),
+        f.comm_hook == CommHookKind::noop ? " and allreduce" : "", flag_name(f.sync)));
+  if (f.evaluate && f.weights.empty() && f.resume.empty() && !f.resume_auto)
     throw std::invalid_argument("--evaluate evaluates the model of --weights FILE or --resume "
                                 "FILE: give one");
   if (f.local_steps > 0 && f.local_epochs > 0)
     throw std::invalid_argument("--local-steps and --local-epochs exclude each other: a round "
                                 "every H steps, or every E epochs");
   check_checkpoint_flags(f);
+}
+
+const Choices<OptimizerKind>& optimizer_choices() {
+  static const Choices<OptimizerKind> c{
+      {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
+  return c;
+}
+
+const Choices<DatasetKind>& dataset_choices() {
+  static const Choices<DatasetKind> c{{"fashion-mnist", DatasetKind::fashion_mnist},
+                                      {"cifar10", DatasetKind::cifar10},
+                                      {"synthetic", DatasetKind::synthetic},
+                                      {"imagefolder", DatasetKind::imagefolder},
+                                      {"shards", DatasetKind::shards}};
+  return c;
+}
+
+const Choices<ScheduleKind>& schedule_choices() {
+  static const Choices<ScheduleKind> c{{"none", ScheduleKind::none}, {"step", ScheduleKind::step},
+                                       {"multistep", ScheduleKind::multistep},
+                                       {"cosine", ScheduleKind::cosine}};
+  return c;
+}
+
+const Choices<OnNonFinite>& on_nonfinite_choices() {
+  static const Choices<OnNonFinite> c{
+      {"stop", OnNonFinite::stop}, {"skip", OnNonFinite::skip}, {"ignore", OnNonFinite::ignore}};
+  return c;
+}
+
+const Choices<BackendKind>& backend_choices() {
+  static const Choices<BackendKind> c{
+      {"auto", BackendKind::automatic}, {"mpi", BackendKind::mpi}, {"nccl", BackendKind::nccl}};
+  return c;
+}
+
+const Choices<SyncMode>& sync_choices() {
+  static const Choices<SyncMode> c = [] {
+    Choices<SyncMode> names;
+    for (SyncMode m : {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce, SyncMode::ddp,
+                       SyncMode::fedavg})
+      names.emplace_back(sync_mode_name(m), m);
+    return names;
+  }();
+  return c;
+}
+
+const Choices<comm::Algorithm>& algorithm_choices() {
+  using A = comm::Algorithm;
+  static const Choices<A> c{{"auto", A::automatic}, {"ring", A::ring}, {"tree", A::tree},
+                            {"rd", A::recursive_doubling}, {"native", A::native},
+                            {"naive", A::naive}, {"hierarchical", A::hierarchical}};
+  return c;
+}
+
+const Choices<comm::Launcher>& launcher_choices() {
+  using L = comm::Launcher;
+  static const L launchers[] = {L::automatic, L::mpi, L::env};
+  static const Choices<L> c = choices_from(launchers, comm::launcher_name);
+  return c;
+}
+
+const Choices<comm::GroupTransport>& transport_choices() {
+  static const Choices<comm::GroupTransport> c = [] {
+    Choices<comm::GroupTransport> names;
+    using T = comm::GroupTransport;
+    for (T t : {T::automatic, T::shm, T::hybrid, T::tcp, T::mpi}) names.emplace_back(comm::group_transport_name(t), t);
+    return names;
+  }();
+  return c;
+}
+
+const Choices<comm::CommHookKind>& comm_hook_choices() {
+  using H = comm::CommHookKind;
+  static const H kinds[] = {H::allreduce, H::fp16, H::noop};
+  static const Choices<H> c = choices_from(kinds, comm::comm_hook_name);
+  return c;
+}
+
+const Choices<comm::AverageTopology>& fed_topology_choices() {
+  static const Choices<comm::AverageTopology> c = [] {
+    Choices<comm::AverageTopology> names;
+    for (auto t : {comm::AverageTopology::cloud, comm::AverageTopology::allreduce})
+      names.emplace_back(comm::average_topology_name(t), t);
+    return names;
+  }();
+  return c;
+}
+
+const Choices<DType>& precision_choices() {
+  static const Choices<DType> c{{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
+  return c;
+}
+
+const Choices<ConvAlgorithm>& conv_algorithm_choices() {
+  static const Choices<ConvAlgorithm> c{{"auto", ConvAlgorithm::automatic},
+                                        {"direct", ConvAlgorithm::direct}};
+  return c;
+}
+
+const Choices<data::TransformPreset>& transform_choices() {
+  static const Choices<data::TransformPreset> c{{"imagenet", data::TransformPreset::imagenet},
+                                                {"cifar", data::TransformPreset::cifar}};
+  return c;
+}
+
+const std::string& flag_name(OptimizerKind v) { return name_of(optimizer_choices(), v); }
+const std::string& flag_name(OnNonFinite v) { return name_of(on_nonfinite_choices(), v); }
+const std::string& flag_name(DatasetKind v) { return name_of(dataset_choices(), v); }
+const std::string& flag_name(ScheduleKind v) { return name_of(schedule_choices(), v); }
+const std::string& flag_name(BackendKind v) { return name_of(backend_choices(), v); }
+const std::string& flag_name(SyncMode v) { return name_of(sync_choices(), v); }
+const std::string& flag_name(comm::Algorithm v) { return name_of(algorithm_choices(), v); }
+const std::string& flag_name(comm::Launcher v) { return name_of(launcher_choices(), v); }
+const std::string& flag_name(comm::GroupTransport v) { return name_of(transport_choices(), v); }
+const std::string& flag_name(comm::CommHookKind v) { return name_of(comm_hook_choices(), v); }
+const std::string& flag_name(comm::AverageTopology v) { return name_of(fed_topology_choices(), v); }
+const std::string& flag_name(DType precision) { return name_of(precision_choices(), precision); }
+const std::string& flag_name(ConvAlgorithm v) { return name_of(conv_algorithm_choices(), v); }
+const std::string& flag_name(data::TransformPreset v) { return name_of(transform_choices(), v); }
+
+std::string flag_name(const DeviceFlag& d) {
+  switch (d.kind) {
+    case DeviceFlag::Kind::automatic: return "auto";
+    case DeviceFlag::Kind::cpu: return "cpu";
+    case DeviceFlag::Kind::cuda: return d.index < 0 ? "cuda" : fmt::format("cuda:{}", d.index);
+  }
+  return "?";
+}
+
+std::string flag_name(const CommThreadCpu& c) {
+  switch (c.kind) {
+    case CommThreadCpu::Kind::none: return "none";
+    case CommThreadCpu::Kind::automatic: return "auto";
+    case CommThreadCpu::Kind::cpu: return std::to_string(c.cpu);
+  }
+  return "?";
+}
+
+std::string flag_name(const data::Partition& p) {
+  return p.iid() ? "iid" : fmt::format("dirichlet:{:g}", p.dirichlet_alpha);
 }
 
 }  // namespace ringflow::apps

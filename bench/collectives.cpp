@@ -39,7 +39,9 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "ringflow/apps/choices.h"
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/group/launch_group.h"
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/bootstrap/mpi_bootstrap.h"
 #include "ringflow/comm/transport/mpi_transport.h"
@@ -56,22 +58,40 @@ using namespace ringflow::comm;
 using ringflow::comm::ReduceOp;  // not the kernels' ReduceOp (sum, mean, max, ...)
 using Clock = std::chrono::steady_clock;
 
+// transport: our algorithms on the transports and MPI_Allreduce on host buffers; group:
+// MpiProcessGroup's allreduce; nccl: NcclProcessGroup's.
+enum class BenchBackend { transport, group, nccl };
+
 struct Options {
   std::string min_bytes = "4", max_bytes = "256M";
   int factor = 4;
-  std::string dtype = "f32", op = "sum";
-  std::vector<std::string> algorithms = {"native", "naive", "tree", "recursive_doubling",
-                                         "ring", "auto"};
+  DType dtype = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  std::vector<Algorithm> algorithms = {Algorithm::native, Algorithm::naive, Algorithm::tree,
+                                       Algorithm::recursive_doubling, Algorithm::ring,
+                                       Algorithm::automatic};
   size_t segment_bytes = 1 << 20;
-  std::string transport = "auto";
+  GroupTransport transport = GroupTransport::automatic;
   ShmTransportOptions shm;
   std::string socket_interface;
   int warmup = 2, repeat = 5;
   double min_ms = 100;
   std::string json;
-  std::string backend = "transport";  // transport | group | nccl
-  std::string device = "cpu";
+  BenchBackend backend = BenchBackend::transport;
+  Device device = Device::cpu();
 };
+
+// The flags' names: the library's own, and the benchmark's backends.
+using ringflow::apps::choices_from;
+const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
+const Algorithm kAlgos[] = {Algorithm::native, Algorithm::naive, Algorithm::tree,
+                            Algorithm::recursive_doubling, Algorithm::ring, Algorithm::hierarchical,
+                            Algorithm::automatic};
+const GroupTransport kTransports[] = {GroupTransport::automatic, GroupTransport::mpi,
+                                      GroupTransport::shm, GroupTransport::hybrid, GroupTransport::tcp};
+const ringflow::apps::Choices<BenchBackend> kBackends = {
+    {"transport", BenchBackend::transport}, {"group", BenchBackend::group}, {"nccl", BenchBackend::nccl}};
 
 size_t parse_bytes(const std::string& text) {
   size_t end = 0;
@@ -264,17 +284,19 @@ int main(int argc, char** argv) {
   app.add_option("--min-bytes", o.min_bytes, "smallest message (e.g. 4, 8K, 1M)");
   app.add_option("--max-bytes", o.max_bytes, "largest message (e.g. 256M)");
   app.add_option("--factor", o.factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
-  app.add_option("--dtype", o.dtype, "f32, f64, f16, bf16, i32, i64");
-  app.add_option("--op", o.op, "sum, avg, max, min");
-  app.add_option("--algorithms", o.algorithms,
-                 "native naive tree recursive_doubling ring hierarchical auto (hierarchical: "
-                 "within each host, a ring among the hosts' first ranks)");
+  using ringflow::apps::add_choice;
+  add_choice(app, "--dtype", o.dtype, choices_from(kDTypes, dtype_name), "the elements' type");
+  add_choice(app, "--op", o.op, choices_from(kOps, reduce_op_name), "the reduction");
+  const auto algorithm_names = choices_from(kAlgos, algorithm_name);
+  app.add_option("--algorithms", o.algorithms, "the algorithms, in this order (hierarchical: "
+                 "within each host, a ring among the hosts' first ranks)")
+      ->default_str("native naive tree recursive_doubling ring auto")
+      ->transform(ringflow::apps::choice_of(algorithm_names));
   app.add_option("--segment-bytes", o.segment_bytes, "ring segment size");
-  app.add_option("--transport", o.transport,
-                 "what our algorithms talk through: auto (shm where every rank is on this "
-                 "node, hybrid where hosts have several ranks, else tcp, else mpi), mpi, shm, "
-                 "hybrid (shm within hosts, tcp across), tcp")
-      ->check(CLI::IsMember({"auto", "mpi", "shm", "hybrid", "tcp"}));
+  add_choice(app, "--transport", o.transport, choices_from(kTransports, group_transport_name),
+             "what our algorithms talk through: auto (shm where every rank is on this node, "
+             "hybrid where hosts have several ranks, else tcp, else mpi), mpi, shm, hybrid (shm "
+             "within hosts, tcp across), tcp");
   app.add_option("--socket-interface", o.socket_interface,
                  "tcp transport: the network interface (default: the first up, not loopback)");
   app.add_option("--shm-slot-bytes", o.shm.slot_bytes, "shm transport: bytes per slot");
@@ -283,12 +305,20 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "timed batches per row (at least)");
   app.add_option("--min-ms", o.min_ms, "timed milliseconds per row (at least)");
   app.add_option("--json", o.json, "also write the rows to this file (rank 0)");
-  app.add_option("--backend", o.backend, "transport: our algorithms on the transports and "
-                 "MPI_Allreduce on host buffers; group: MpiProcessGroup's allreduce on --device "
-                 "tensors; nccl: NcclProcessGroup's on GPU tensors")
-      ->capture_default_str()->check(CLI::IsMember({"transport", "group", "nccl"}));
-  app.add_option("--device", o.device, "--backend group|nccl: cpu or cuda (each rank its "
-                 "node-local GPU)")->capture_default_str();
+  add_choice(app, "--backend", o.backend, kBackends, "transport: our algorithms on the "
+             "transports and MPI_Allreduce on host buffers; group: MpiProcessGroup's allreduce on "
+             "--device tensors; nccl: NcclProcessGroup's on GPU tensors");
+  app.add_option_function<std::string>(
+         "--device",
+         [&o](const std::string& v) {
+           try {
+             o.device = Device::parse(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--device", e.what());
+           }
+         },
+         "--backend group|nccl: cpu or cuda (each rank its node-local GPU)")
+      ->default_str("cpu");
 
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -305,17 +335,16 @@ int main(int argc, char** argv) {
 
   int status = 0;
   try {
-    const DType dtype = dtype_from_name(o.dtype);
-    const comm::ReduceOp op = reduce_op_from_name(o.op);
-    std::vector<Algorithm> algos;
-    for (const auto& name : o.algorithms) algos.push_back(algorithm_from_name(name));
+    const DType dtype = o.dtype;
+    const comm::ReduceOp op = o.op;
+    std::vector<Algorithm> algos = o.algorithms;
     const size_t esize = dtype_size(dtype);
     const size_t min_bytes = std::max(parse_bytes(o.min_bytes), esize);
     const size_t max_bytes = parse_bytes(o.max_bytes);
-    if (o.backend != "transport") {
-      Device device = Device::parse(o.device);
+    if (o.backend != BenchBackend::transport) {
+      Device device = o.device;
       std::shared_ptr<ProcessGroup> pg;
-      if (o.backend == "nccl") {
+      if (o.backend == BenchBackend::nccl) {
         if (!device.is_cuda()) throw std::invalid_argument("--backend nccl needs --device cuda");
         auto nccl = std::make_shared<NcclProcessGroup>(MPI_COMM_WORLD);
         device = Device::cuda(nccl->device());
@@ -323,8 +352,8 @@ int main(int argc, char** argv) {
       } else {
         pg = std::make_shared<MpiProcessGroup>(MPI_COMM_WORLD);
       }
-      if (o.backend == "nccl") algos = {Algorithm::native};
-      status = bench_group(*pg, device, o.backend == "nccl" ? "NCCL" : "MpiProcessGroup", o, dtype, op,
+      if (o.backend == BenchBackend::nccl) algos = {Algorithm::native};
+      status = bench_group(*pg, device, o.backend == BenchBackend::nccl ? "NCCL" : "MpiProcessGroup", o, dtype, op,
                            algos, min_bytes, max_bytes) ? 0 : 1;
       pg.reset();
       MPI_Finalize();
@@ -341,12 +370,12 @@ int main(int argc, char** argv) {
     const std::vector<int> host_of = host_indices(bootstrap.allgather(node_identity()));
     std::string transport_name = "mpi";
     OpenedTransport opened;
-    if (o.transport != "mpi") {
-      opened = open_transport(bootstrap, host_of, {.kind = parse_transport_kind(o.transport),
-                                          .shm = o.shm,
-                                          .tcp = {.interface = o.socket_interface}});
-      if (!opened.transport && o.transport != "auto") {
-        throw std::runtime_error("--transport " + o.transport + ": " + opened.why_not);
+    if (const std::optional<TransportKind> kind = transport_kind_of(o.transport)) {
+      opened = open_transport(bootstrap, host_of, {.kind = *kind, .shm = o.shm,
+                                                   .tcp = {.interface = o.socket_interface}});
+      if (!opened.transport && o.transport != GroupTransport::automatic) {
+        throw std::runtime_error(fmt::format("--transport {}: {}", group_transport_name(o.transport),
+                                             opened.why_not));
       }
     }
     if (opened.transport) {

@@ -78,7 +78,7 @@ std::optional<std::string> run(const std::string& cmd) {
 std::shared_ptr<data::ImageFolder> folder(const Flags& f, bool train, bool reduce) {
   return data::ImageFolder::open(
       f.data_dir, train,
-      std::make_shared<data::ImageTransform>(data::ImageTransform::preset("imagenet", train, f.image_size)),
+      std::make_shared<data::ImageTransform>(data::ImageTransform::preset(data::TransformPreset::imagenet, train, f.image_size)),
       {.reduce_on_decode = reduce});
 }
 
@@ -92,7 +92,7 @@ double check_against_torchvision(const Flags& f, int count) {
   std::ifstream in(file, std::ios::binary);
   std::vector<uint8_t> theirs((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(file.c_str());
-  data::ImageTransformOptions o = data::ImageTransform::preset("imagenet", false, f.image_size).options();
+  data::ImageTransformOptions o = data::ImageTransform::preset(data::TransformPreset::imagenet, false, f.image_size).options();
   o.mean = {0, 0, 0};
   o.std = {1, 1, 1};
   const data::ImageTransform t(o);

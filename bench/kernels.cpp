@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "ringflow/apps/choices.h"
 #include "ringflow/bench/ceiling.h"
 #include "ringflow/bench/kernels_cuda.h"
 #include "ringflow/framework/ringflow.h"
@@ -389,24 +390,26 @@ int main(int argc, char** argv) {
   std::vector<int64_t> batches{64, 256};
   Timing timing;
   bool json = false;
-  std::string device = "cpu";
+  DeviceType device = DeviceType::cpu;
   bool tf32 = false;
-  std::string dtype = "f32", shapes = "vgg11";
-  app.add_option("--device", device, "cpu (vs raw oneDNN) or cuda (vs raw cuDNN / cuBLAS, f32)")
-      ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  DType dtype = DType::f32;
+  enum class Shapes { vgg11, resnet18 } shapes = Shapes::vgg11;
+  using ringflow::apps::add_choice;
+  add_choice(app, "--device", device, {{"cpu", DeviceType::cpu}, {"cuda", DeviceType::cuda}},
+             "cpu (vs raw oneDNN) or cuda (vs raw cuDNN / cuBLAS, f32)");
   app.add_flag("--tf32", tf32, "--device cuda: allow TF32 tensor cores, on both paths");
   app.add_option("--threads", threads, "threads (default: all cores)");
   app.add_option("--batch", batches, "batch sizes for the conv and classifier rows")->expected(1, -1);
   app.add_option("--repeat", timing.repeat, "least timed calls per row and path (median reported)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON object per row");
-  app.add_option("--dtype", dtype, "convolutions' dtype, for both paths (raw: oneDNN's direct kernels)")
-      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--shapes", shapes, "the convolution layers of vgg11 or resnet18 (CIFAR-10 sizes)")
-      ->capture_default_str()->check(CLI::IsMember({"vgg11", "resnet18"}));
+  add_choice(app, "--dtype", dtype, {{"f32", DType::f32}, {"bf16", DType::bf16}},
+             "convolutions' dtype, for both paths (raw: oneDNN's direct kernels)");
+  add_choice(app, "--shapes", shapes, {{"vgg11", Shapes::vgg11}, {"resnet18", Shapes::resnet18}},
+             "the convolution layers of vgg11 or resnet18 (CIFAR-10 sizes)");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) set_num_threads(threads);
-  if (device == "cuda") {
+  if (device == DeviceType::cuda) {
     try {
       return bench::run_cuda_kernels(batches, timing.repeat, tf32);
     } catch (const std::exception& e) {
@@ -420,12 +423,12 @@ int main(int argc, char** argv) {
 
   // (C, K, H = W) of each distinct 3x3 stride-1 layer.
   const std::vector<std::array<int64_t, 3>> layers =
-      shapes == "vgg11" ? std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 128, 16}, {128, 256, 8},
+      shapes == Shapes::vgg11 ? std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 128, 16}, {128, 256, 8},
                                                               {256, 256, 8}, {256, 512, 4}, {512, 512, 4},
                                                               {512, 512, 2}}
                         : std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 64, 32}, {128, 128, 16},
                                                               {256, 256, 8}, {512, 512, 4}};
-  const DType conv_dtype = dtype == "bf16" ? DType::bf16 : DType::f32;
+  const DType conv_dtype = dtype;
   for (int64_t N : batches) {
     for (const auto& [C, K, HW] : layers)
       for (Row& r : conv_rows(timing, {N, C, K, HW, HW, conv_dtype})) rows.push_back(std::move(r));

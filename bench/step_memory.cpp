@@ -33,6 +33,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "ringflow/apps/choices.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/kernels/cpu/allocator.h"
 
@@ -91,8 +92,8 @@ struct Result {
   double median_ms, min_ms, faults, sys_allocs, loss;
 };
 
-Result run(const std::string& config, int64_t batch, int steps, int warmup, uint64_t seed) {
-  cpu_allocator_set_caching(config == "on");
+Result run(bool caching, int64_t batch, int steps, int warmup, uint64_t seed) {
+  cpu_allocator_set_caching(caching);
   Generator gen(seed);
   Net net(gen);
   Tensor x = randn({batch, 3, 32, 32}, &gen);
@@ -114,7 +115,7 @@ Result run(const std::string& config, int64_t batch, int steps, int warmup, uint
   const double allocs =
       static_cast<double>(cpu_allocator_stats().large_system_allocs - allocs0) / steps;
   std::sort(ms.begin(), ms.end());
-  return {config, ms[ms.size() / 2], ms.front(), faults, allocs, loss};
+  return {caching ? "on" : "off", ms[ms.size() / 2], ms.front(), faults, allocs, loss};
 }
 
 // Cost of a minor fault here: malloc + memset + free of 64 MiB, which glibc serves with
@@ -141,15 +142,15 @@ int main(int argc, char** argv) {
   int64_t batch = 256;
   int steps = 10, warmup = 3, threads = 2;
   uint64_t seed = 0;
-  std::string cache = "both";
+  enum class Cache { on, off, both } cache = Cache::both;
   bool json = false, with_probe = false;
   app.add_option("--batch", batch, "images per step")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the weights and the data")->capture_default_str();
-  app.add_option("--cache", cache, "caching allocator: on, off, or both (on, then off)")
-      ->capture_default_str()->check(CLI::IsMember({"on", "off", "both"}));
+  ringflow::apps::add_choice(app, "--cache", cache, {{"on", Cache::on}, {"off", Cache::off}, {"both", Cache::both}},
+                             "caching allocator: on, off, or both (on, then off)");
   app.add_flag("--probe", with_probe, "also measure the cost of one minor fault (64 MiB malloc+memset+free)");
   app.add_flag("--json", json, "one JSON object per line instead of text");
   CLI11_PARSE(app, argc, argv);
@@ -157,10 +158,10 @@ int main(int argc, char** argv) {
   set_num_threads(threads);
   const char* tuned = std::getenv("MALLOC_MMAP_MAX_");  // named in the output when set
   const std::string malloc_env = tuned ? fmt::format(" MALLOC_MMAP_MAX_={}", tuned) : "";
-  std::vector<std::string> configs = cache == "both" ? std::vector<std::string>{"on", "off"}
-                                                     : std::vector<std::string>{cache};
+  const std::vector<bool> configs = cache == Cache::both ? std::vector<bool>{true, false}
+                                                         : std::vector<bool>{cache == Cache::on};
   double first_ms = 0;
-  for (const std::string& c : configs) {
+  for (const bool c : configs) {
     const Result r = run(c, batch, steps, warmup, seed);
     if (first_ms == 0) first_ms = r.median_ms;
     if (json) {

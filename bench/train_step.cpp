@@ -34,6 +34,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "ringflow/apps/choices.h"
 #include "ringflow/bench/ceiling.h"
 #include "ringflow/framework/op_profile.h"
 #include "ringflow/framework/ringflow.h"
@@ -50,13 +51,13 @@ constexpr const char* kTunable = "glibc.malloc.mmap_max=0:glibc.malloc.trim_thre
 struct Flags {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
-  std::vector<std::string> precisions{"fp32"};
+  std::vector<DType> precisions{DType::f32};
   int threads = 0;
   int steps = 10;
   int warmup = 2;
   int rounds = 2;
-  std::string conv_algo = "auto";
-  std::string device = "cpu";
+  ConvAlgorithm conv_algo = ConvAlgorithm::automatic;
+  Device device = Device::cpu();
   bool tf32 = false;
   bool no_torch = false;
   bool profile_ops = false;
@@ -172,9 +173,13 @@ struct Phases {
   double forward = 0, backward = 0, optimizer = 0, step = 0;
 };
 
-Phases time_ringflow(const std::string& name, int64_t batch, const std::string& precision,
-                     const Flags& f) {
-  const Device device = Device::parse(f.device);
+// --precision's names, as train's and bench/torch_reference.py's.
+const ringflow::apps::Choices<DType> kPrecisions = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
+
+const std::string& precision_name(DType precision) { return ringflow::apps::name_of(kPrecisions, precision); }
+
+Phases time_ringflow(const std::string& name, int64_t batch, DType precision, const Flags& f) {
+  const Device device = f.device;
   Generator gen(0);
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
   model->train();
@@ -203,7 +208,7 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
       Tensor loss;
       {
         std::optional<AutocastGuard> amp;  // apps/train's --precision
-        if (precision == "bf16") amp.emplace(DType::bf16);
+        if (precision != DType::f32) amp.emplace(precision);
         loss = cross_entropy((*model)(x), y);
       }
       const auto forward_end = now();
@@ -235,19 +240,20 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
     double ms[3];
     for (int i = 0; i < kSteps; ++i) run_step(ms);
     set_op_profiling(false);
-    print_op_times(fmt::format("{} batch {} {}", name, batch, precision), kSteps);
+    print_op_times(fmt::format("{} batch {} {}", name, batch, precision_name(precision)), kSteps);
   }
   return {median(fwd), median(bwd), median(opt), median(step)};
 }
 
 // bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
 std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
-                                        const std::string& precision, const Flags& f, bool tunable) {
+                                        DType precision, const Flags& f, bool tunable) {
   const std::string cmd = fmt::format(
       "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
       "--device {}{} --json",
       tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
-      batch, precision, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "");
+      batch, precision_name(precision), num_threads(), f.steps, f.warmup, f.device.str(),
+      f.tf32 ? " --tf32" : "");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -275,7 +281,7 @@ std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
 struct Row {
   std::string model;
   int64_t batch = 0;
-  std::string precision;
+  DType precision = DType::f32;
   double gflop = 0;  // per step, forward + backward
   Phases rf;
   std::optional<nlohmann::json> torch, torch_tunable;
@@ -301,9 +307,10 @@ std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::
 void print_header(double ceiling, const Flags& f) {
   fmt::print("device {}{}  threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, "
              "best of {} alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
-             f.device, f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
-             f.device == "cpu" ? f.conv_algo : "cuDNN",
-             f.device == "cpu" && f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
+             f.device.str(), f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
+             f.device.is_cpu() ? conv_algorithm_name(f.conv_algo) : "cuDNN",
+             f.device.is_cpu() && f.conv_algo == ConvAlgorithm::automatic
+                 ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
   fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "prec", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
 }
@@ -312,7 +319,7 @@ void print_row(const Row& r, double ceiling) {
   const double g = r.gflop / (r.rf.step / 1e3);
   const double best = best_torch_ms(r);
   fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
-             r.model, r.batch, r.precision, r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
+             r.model, r.batch, precision_name(r.precision), r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
              r.batch / (r.rf.step / 1e3), g, 100 * g / ceiling, fmt_ms(torch_step_ms(r.torch)),
              fmt_ms(torch_step_ms(r.torch_tunable)),
              std::isnan(best) ? std::string("-") : fmt::format("{:.3f}", r.rf.step / best));
@@ -324,9 +331,9 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
   const double best = best_torch_ms(r);
   nlohmann::json j{{"model", r.model},
                    {"batch", r.batch},
-                   {"precision", r.precision},
+                   {"precision", precision_name(r.precision)},
                    {"threads", num_threads()},
-                   {"device", f.device},
+                   {"device", f.device.str()},
                    {"tf32", f.tf32},
                    {"steps", f.steps},
                    {"warmup", f.warmup},
@@ -355,19 +362,30 @@ int main(int argc, char** argv) {
   app.add_option("--models", f.models, "models (default: vgg11_cifar resnet18_cifar small_cnn)");
   app.add_option("--batches", f.batches, "batch sizes (default: 64 256 for VGG/ResNet, 256 for small_cnn)");
   app.add_option("--precision", f.precisions, "fp32 and/or bf16 (autocast, as train --precision; "
-                 "PyTorch under torch.autocast), each a row")->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                 "PyTorch under torch.autocast), each a row")->default_str("fp32")
+      ->transform(ringflow::apps::choice_of(kPrecisions));
   app.add_option("--threads", f.threads, "CPU threads, for both (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--steps", f.steps, "timed steps per row")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", f.rounds, "rounds alternating ringflow and PyTorch; each side keeps its fastest")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--conv-algo", f.conv_algo, "ringflow's CPU convolutions: auto (Winograd where "
-                 "faster: oneDNN's in f32, ours in bf16 without AMX) or direct")
-      ->capture_default_str()
-      ->check(CLI::IsMember(conv_algorithm_names()));
-  app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();
+  const ConvAlgorithm algorithms[] = {ConvAlgorithm::automatic, ConvAlgorithm::direct};
+  ringflow::apps::add_choice(app, "--conv-algo", f.conv_algo,
+                             ringflow::apps::choices_from(algorithms, conv_algorithm_name),
+                             "ringflow's CPU convolutions: auto (Winograd where faster: oneDNN's "
+                             "in f32, ours in bf16 without AMX) or direct");
+  app.add_option_function<std::string>(
+         "--device",
+         [&f](const std::string& v) {
+           try {
+             f.device = Device::parse(v);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--device", e.what());
+           }
+         },
+         "cpu, cuda or cuda:N, for both")
+      ->default_str("cpu");
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
@@ -378,13 +396,13 @@ int main(int argc, char** argv) {
 
   try {
     if (f.threads > 0) set_num_threads(f.threads);
-    set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
-    const Device device = Device::parse(f.device);
+    set_conv_algorithm(f.conv_algo);
+    const Device device = f.device;
     if (device.is_cuda()) {
       std::string why;
       const int count = cuda_device_count(&why);
       if (device.index >= count)
-        throw std::invalid_argument(fmt::format("--device {}: {} CUDA device(s) here{}", f.device, count,
+        throw std::invalid_argument(fmt::format("--device {}: {} CUDA device(s) here{}", f.device.str(), count,
                                                 count == 0 ? " (" + why + ")" : ""));
       set_allow_tf32(f.tf32);
     }
@@ -406,7 +424,7 @@ int main(int argc, char** argv) {
     const double ceiling = device.is_cpu() ? bench::sgemm_ceiling_gflops() : NAN;
     if (!f.json) print_header(ceiling, f);
     for (const auto& [m, b] : rows) {
-      for (const std::string& prec : f.precisions) {
+      for (const DType prec : f.precisions) {
         Row r;
         r.model = m;
         r.batch = b;

@@ -33,6 +33,10 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   throw std::runtime_error(printable("checkpoint '" + path + "': " + what));
 }
 
+[[noreturn]] void fail_optimizer(const std::string& path, const std::string& what) {
+  throw OptimizerStateMissing(printable("checkpoint '" + path + "': " + what));
+}
+
 void append_item(std::string& list, const std::string& item) {
   if (!list.empty()) list += ',';
   list += item;
@@ -128,9 +132,9 @@ void check_optimizer_coverage(const SafetensorsFile& f, const std::map<std::stri
     for (const std::string& key : optimizer.state_keys()) {
       const std::string name = cat("state.", i, ".", key);
       if (!state.count(name))
-        fail(f.path, cat("parameter ", i, parameter_name(model, optimizer, i), " has no optimizer "
-                         "state: tensor '", kOptimizerPrefix, name, "' is missing, and its ", key,
-                         " would restart from zero (--resume-model-only loads the model alone)"));
+        fail_optimizer(f.path, cat("parameter ", i, parameter_name(model, optimizer, i), " has no "
+                                   "optimizer state: tensor '", kOptimizerPrefix, name, "' is "
+                                   "missing, and its ", key, " would restart from zero"));
     }
   }
 }
@@ -139,13 +143,11 @@ void check_optimizer_coverage(const SafetensorsFile& f, const std::map<std::stri
 // parameter that had some.
 void check_optimizer_state(const SafetensorsFile& f, const std::map<std::string, Tensor>& state,
                            const nn::Module& model, const optim::Optimizer& optimizer) {
-  if (!state.count("lr")) fail(f.path, cat("tensor '", kOptimizerPrefix, "lr' is missing "
-                                           "(--resume-model-only loads the model alone)"));
+  if (!state.count("lr")) fail_optimizer(f.path, cat("tensor '", kOptimizerPrefix, "lr' is missing"));
   if (const auto it = f.metadata.find(kOptimizerManifest); it != f.metadata.end()) {
     for (const std::string& name : split(it->second)) {
       if (!state.count(name))
-        fail(f.path, cat("tensor '", kOptimizerPrefix, name, "' is missing (the file lists it; "
-                         "--resume-model-only loads the model alone)"));
+        fail_optimizer(f.path, cat("tensor '", kOptimizerPrefix, name, "' is missing (the file lists it)"));
     }
   }
   check_optimizer_coverage(f, state, model, optimizer);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ struct Checkpoint {
   std::vector<std::string> warnings;
 };
 
+// The file lacks optimizer state that this optimizer needs (CheckpointLoadOptions::model_only
+// loads the model without it).
+class OptimizerStateMissing : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct CheckpointLoadOptions {
   // The model's tensors alone (fine-tuning from weights, a file without optimizer state):
   // the optimizer keeps its own; position and generator restored where the file has them.
@@ -53,7 +61,7 @@ struct CheckpointLoadOptions {
 // std::runtime_error naming the file and the tensor or key on any mismatch: info other
 // than expected, a key missing or extra, a shape or dtype other than the model's (no silent
 // conversion), an optimizer state that does not cover exactly the parameters that had state
-// when it was written (a tensor missing, listed or not), metadata that is not a whole number
+// when it was written (a tensor missing, listed or not: OptimizerStateMissing), metadata that is not a whole number
 // or lies outside its range (the position's bounds above); and whatever load_safetensors
 // refuses (corrupt data, overlapping ranges, not a regular file). What the file holds is
 // printed escaped (printable.h). What fails before the model's tensors are copied changes

@@ -9,7 +9,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ringflow::data;
   const std::span<const uint8_t> file(data, size);
-  static const ImageTransform crop = ImageTransform::preset("imagenet", /*train=*/true, 16);
+  static const ImageTransform crop = ImageTransform::preset(TransformPreset::imagenet, /*train=*/true, 16);
   try {
     const ImageHeader header = read_image_header(file, "input", int64_t{1} << 20);
     DecodedImage image;

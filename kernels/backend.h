@@ -181,8 +181,7 @@ void set_compute_cpus(const std::vector<int>& cpus);
 enum class ConvAlgorithm { automatic, direct };
 void set_conv_algorithm(ConvAlgorithm algorithm);
 ConvAlgorithm conv_algorithm();
-std::vector<std::string> conv_algorithm_names();  // for flags: "auto", "direct"
-ConvAlgorithm conv_algorithm_from_name(const std::string& name);
+const char* conv_algorithm_name(ConvAlgorithm algorithm);  // "auto", "direct"
 // Sets the algorithm for a scope and restores the one before at its end.
 class ConvAlgorithmGuard {
  public:

@@ -15,10 +15,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <variant>
 #include <vector>
 
 #include "ringflow/framework/nn/module.h"
+#include "ringflow/framework/ops.h"
 #include "ringflow/framework/tensor.h"
 
 namespace ringflow::python {
@@ -59,6 +62,23 @@ auto in_place(void (*fn)(Tensor&, Args...)) {
     return self;
   };
 }
+
+// The value of `values` that the library's `name` calls `text`: the Python API takes names,
+// as PyTorch's does (comm_hook="fp16"), and turns them into the library's enums here. Throws
+// std::invalid_argument (ValueError) naming the argument and the choices.
+template <class E, size_t N>
+E from_name(const char* argument, const std::string& text, const E (&values)[N], const char* (*name)(E)) {
+  std::string choices;
+  for (E v : values) {
+    if (text == name(v)) return v;
+    choices += (choices.empty() ? "" : ", ") + std::string(name(v));
+  }
+  throw std::invalid_argument(std::string(argument) + " '" + text + "' (choices: " + choices + ")");
+}
+
+// A loss's reduction= as PyTorch names it: "mean", "sum" or "none" (ops.cpp); throws
+// std::invalid_argument (ValueError) naming the choices.
+Reduction reduction_named(const std::string& name);
 
 // A shape as Python gives one: f(2, 3) or f((2, 3)) or f([2, 3]).
 Shape shape_from_args(const py::args& args);

@@ -48,23 +48,35 @@ comm::Timeout timeout_of(const std::optional<Seconds>& t, comm::Timeout fallback
   return t ? std::chrono::duration_cast<comm::Timeout>(*t) : fallback;
 }
 
+// init_process_group's backend: the launcher's group, or NCCL over it.
+enum class Backend { automatic, mpi, nccl };
+const char* backend_name(Backend b) { return b == Backend::mpi ? "mpi" : b == Backend::nccl ? "nccl" : "auto"; }
+constexpr Backend kBackends[] = {Backend::automatic, Backend::mpi, Backend::nccl};
+constexpr comm::GroupTransport kTransports[] = {comm::GroupTransport::automatic, comm::GroupTransport::shm,
+                                                comm::GroupTransport::hybrid, comm::GroupTransport::tcp,
+                                                comm::GroupTransport::mpi};
+constexpr comm::Launcher kLaunchers[] = {comm::Launcher::automatic, comm::Launcher::mpi, comm::Launcher::env};
+constexpr comm::CommHookKind kCommHooks[] = {comm::CommHookKind::allreduce, comm::CommHookKind::fp16,
+                                             comm::CommHookKind::noop};
+
 // backend: "mpi" or "auto" (None) for the launcher's group (MPI under mpiexec, ringflow's
 // transports under torchrun's variables), "nccl" for NCCL over it. transport and launcher as
-// the train app's --transport and --launcher (strings in the C++ API as well).
+// the train app's --transport and --launcher.
 void init_process_group(std::optional<std::string> backend, std::optional<Seconds> timeout,
                         const std::string& transport, const std::string& launcher,
                         std::optional<int> device_id) {
   if (default_group()) throw std::runtime_error("init_process_group: the default process group is already initialized");
-  const std::string b = backend.value_or("auto");
-  if (b != "auto" && b != "mpi" && b != "nccl")
-    throw std::invalid_argument("init_process_group: backend '" + b + "' (choices: auto, mpi, nccl)");
+  const Backend b = from_name("init_process_group: backend", backend.value_or("auto"), kBackends, backend_name);
+  const comm::GroupTransport t = from_name("init_process_group: transport", transport, kTransports,
+                                           comm::group_transport_name);
+  const comm::Launcher l = from_name("init_process_group: launcher", launcher, kLaunchers, comm::launcher_name);
   auto group = std::make_unique<DefaultGroup>();
   group->timeout = timeout_of(timeout, comm::kDefaultTimeout);
   group->launched = comm::launch_group(
-      {.launcher = comm::launcher_from_name(b == "mpi" ? "mpi" : launcher), .transport = transport,
+      {.launcher = b == Backend::mpi ? comm::Launcher::mpi : l, .transport = t,
        .socket_interface = "", .checking = false, .timeout = group->timeout});
   group->pg = group->launched.group;
-  if (b == "nccl") {
+  if (b == Backend::nccl) {
     auto nccl = std::make_shared<comm::NcclProcessGroup>(
         *group->launched.group, comm::NcclProcessGroupOptions{device_id.value_or(-1), group->timeout});
     set_cuda_device(nccl->device());
@@ -213,16 +225,16 @@ struct NoSyncScope {
 Ddp make_ddp(const py::object& module, std::shared_ptr<comm::ProcessGroup> pg, double bucket_cap_mb,
              bool broadcast_buffers, bool find_unused, const std::string& algorithm,
              const std::string& comm_hook) {
+  comm::DdpOptions o;  // the names first: refused whether or not a group exists
+  o.comm_hook = comm::make_comm_hook(from_name("comm_hook", comm_hook, kCommHooks, comm::comm_hook_name));
+  o.algorithm = comm::algorithm_from_name(algorithm);
   nn::ModulePtr held = hold_module(module, "DistributedDataParallel");
   if (pg) check_open(*pg, "DistributedDataParallel");
   else pg = initialized().pg;
-  comm::DdpOptions o;
   o.bucket_cap_mb = bucket_cap_mb;
   o.broadcast_buffers = broadcast_buffers;
   o.find_unused_parameters = find_unused;
-  o.algorithm = comm::algorithm_from_name(algorithm);
   o.timeout = initialized().timeout;
-  o.comm_hook = comm::make_comm_hook(comm_hook);
   py::gil_scoped_release release;  // construction is collective
   return Ddp{module, pg, std::make_unique<comm::DistributedDataParallel>(held, pg, o)};
 }
@@ -248,7 +260,7 @@ void bind_ddp(py::module_& m) {
       .def("no_sync", [](const py::object& self) { return std::make_unique<NoSyncScope>(self); },
            "Inside, training forwards' backwards accumulate gradients locally (no communication).")
       .def("register_comm_hook", [](Ddp& d, const std::string& name) {
-        d.ddp->register_comm_hook(comm::make_comm_hook(name));
+        d.ddp->register_comm_hook(comm::make_comm_hook(from_name("hook", name, kCommHooks, comm::comm_hook_name)));
       }, py::arg("hook"), "'allreduce' (average), 'fp16' (compressed) or 'noop'.")
       .def("bucket_parameter_names", [](const Ddp& d) { return d.ddp->bucket_parameter_names(); })
       .def("__getattr__", [](const Ddp& d, const std::string& name) { return d.module.attr(name.c_str()); });

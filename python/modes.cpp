@@ -53,10 +53,10 @@ void bind_autocast(py::module_& m) {
                        "layers and matmuls in dtype (bfloat16 by default on the cpu, float16 on "
                        "cuda), reductions and losses in float32.")
       .def(py::init([](const std::string& device_type, std::optional<DType> dtype, bool enabled) {
-             if (device_type != "cpu" && device_type != "cuda")
-               throw py::value_error("autocast: device_type '" + device_type +
-                                     "' (choices: cpu, cuda)");
-             const DType d = dtype.value_or(device_type == "cpu" ? DType::bf16 : DType::f16);
+             constexpr DeviceType kTypes[] = {DeviceType::cpu, DeviceType::cuda};
+             const DeviceType type = from_name("autocast: device_type", device_type, kTypes,
+                                               +[](DeviceType t) { return t == DeviceType::cpu ? "cpu" : "cuda"; });
+             const DType d = dtype.value_or(type == DeviceType::cpu ? DType::bf16 : DType::f16);
              if (d != DType::bf16 && d != DType::f16)
                throw py::value_error("autocast: dtype " + py::repr(py::cast(d)).cast<std::string>() +
                                      " (choices: ringflow.float16, ringflow.bfloat16)");

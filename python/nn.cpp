@@ -315,13 +315,6 @@ struct Loss {
   }
 };
 
-Reduction reduction_named(const std::string& name) {
-  if (name == "mean") return Reduction::mean;
-  if (name == "sum") return Reduction::sum;
-  if (name == "none") return Reduction::none;
-  throw std::invalid_argument("reduction '" + name + "' (choices: mean, sum, none)");
-}
-
 void bind_losses(py::module_& nn) {
   py::class_<Loss>(nn, "_Loss").def("__call__", &Loss::operator(), py::arg("input"),
                                     py::arg("target"), release_gil());

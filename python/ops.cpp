@@ -22,12 +22,16 @@ void def_op(py::module_& m, py::class_<Tensor>& c, const char* name, Fn fn, cons
   c.def(name, fn, args..., release_gil());
 }
 
-Reduction reduction_of(const std::string& name) {
-  if (name == "mean") return Reduction::mean;
-  if (name == "sum") return Reduction::sum;
-  if (name == "none") return Reduction::none;
-  throw std::invalid_argument("reduction '" + name + "' (choices: mean, sum, none)");
+}  // namespace
+
+Reduction reduction_named(const std::string& name) {
+  constexpr Reduction kReductions[] = {Reduction::mean, Reduction::sum, Reduction::none};
+  return from_name("reduction", name, kReductions, +[](Reduction r) -> const char* {
+    return r == Reduction::mean ? "mean" : r == Reduction::sum ? "sum" : "none";
+  });
 }
+
+namespace {
 
 Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype(), t.device()); }
 
@@ -185,14 +189,14 @@ void bind_layers(py::module_& f) {
 void bind_losses(py::module_& f) {
   f.def("cross_entropy", [](const Tensor& x, const Tensor& target, const std::string& reduction,
                             double label_smoothing) {
-    return cross_entropy(x, target, reduction_of(reduction), label_smoothing);
+    return cross_entropy(x, target, reduction_named(reduction), label_smoothing);
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
      py::arg("label_smoothing") = 0.0, release_gil());
   f.def("nll_loss", [](const Tensor& x, const Tensor& target, const std::string& reduction) {
-    return nll_loss(x, target, reduction_of(reduction));
+    return nll_loss(x, target, reduction_named(reduction));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", release_gil());
   f.def("mse_loss", [](const Tensor& x, const Tensor& target, const std::string& reduction) {
-    return mse_loss(x, target, reduction_of(reduction));
+    return mse_loss(x, target, reduction_named(reduction));
   }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean", release_gil());
 }
 

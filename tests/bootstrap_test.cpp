@@ -204,8 +204,6 @@ TEST_CASE("launch: bad values are named") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(env_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "99999"}})),
                        doctest::Contains("MASTER_PORT='99999'"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(launcher_from_name("torchrun"), doctest::Contains("auto, mpi, env"),
-                       std::invalid_argument);
 }
 
 TEST_CASE("launch: an MPI launcher's variables, Open MPI's before the PMI ones") {

@@ -227,10 +227,12 @@ TEST_CASE("a missing optimizer tensor is refused unless the model alone is asked
   const std::string path = temp_path("partial.safetensors");
   save_checkpoint(path, *t.model, t.sgd, {3, 30});
   rewrite(path, [](auto& tensors, auto&) { tensors.erase("optimizer.state.2.momentum_buffer"); });
-  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd),
-                    doctest::Contains("'optimizer.state.2.momentum_buffer' is missing"));
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, *t.model, t.sgd),
+                       doctest::Contains("'optimizer.state.2.momentum_buffer' is missing"),
+                       OptimizerStateMissing);
   rewrite(path, [](auto& tensors, auto&) { tensors.erase("optimizer.lr"); });
-  CHECK_THROWS_WITH(load_checkpoint(path, *t.model, t.sgd), doctest::Contains("'optimizer.lr' is missing"));
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, *t.model, t.sgd),
+                       doctest::Contains("'optimizer.lr' is missing"), OptimizerStateMissing);
 
   // Model only: the weights load, the optimizer keeps its own state.
   Trained other;

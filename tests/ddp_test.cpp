@@ -375,7 +375,7 @@ TEST_CASE("ddp: the noop hook leaves each rank's local gradient, sends nothing")
   auto pg = make_group();
   const int n = pg->size(), r = pg->rank();
   DdpOptions o = ddp_options(0.25);  // 3 buckets: the bookkeeping runs as with communication
-  o.comm_hook = make_comm_hook("noop");
+  o.comm_hook = make_comm_hook(CommHookKind::noop);
   nn::ModulePtr model = mlp(500);
   nn::ModulePtr ref = mlp(500);  // the same seed everywhere: DDP's broadcast changes nothing
   DistributedDataParallel ddp(model, pg, o);

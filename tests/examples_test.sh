@@ -6,7 +6,7 @@
 #   prefix (so whatever it includes is installed, or comes from a dependency the package
 #   files name);
 # - the installed ringflow-* programs start, and ringflow-train trains a few iterations on
-#   Fashion-MNIST;
+#   Fashion-MNIST, and ringflow-report draws its metrics (where gnuplot is installed);
 # - the CMake package's version file accepts this version and refuses the next minor one;
 # - each example in examples/ (copied out of the source tree, so no header can come from it)
 #   is built with its Makefile (pkg-config) and with its CMakeLists.txt (find_package), and
@@ -63,6 +63,13 @@ done
 grep -q '"type":"epoch"' "$tmp/train.jsonl" ||
   { cat "$tmp/train.out"; echo "examples: the installed ringflow-train wrote no epoch record"; exit 1; }
 echo "examples: $P/bin/ringflow-train trained on Fashion-MNIST"
+"$P/bin/ringflow-report" --help > /dev/null
+if command -v gnuplot > /dev/null; then
+  "$P/bin/ringflow-report" "$tmp/train.jsonl" --out "$tmp/report" > /dev/null
+  grep -q '(loss_accuracy.png)' "$tmp/report/report.md" ||
+    { echo "examples: the installed ringflow-report wrote no report"; exit 1; }
+  echo "examples: $P/bin/ringflow-report drew its metrics"
+fi
 
 if [ -n "$python" ]; then
   [ -n "$(find "$tmp/root$site_dir" -maxdepth 1 -name 'ringflow*.so')" ] ||

@@ -261,44 +261,46 @@ TEST_CASE("fedavg: models weighted by samples; 16-bit on the wire within its rou
 // pure functions over a hand-made DeviceRequest. (Here because this program links apps/;
 // tests/apps_test.cpp runs the binary, whose no-GPU answers it checks.)
 TEST_CASE("device choice: each local rank its GPU, cuda:N literal, auto backend per GPU sharing") {
-  auto request = [](std::string flag, int index, int count, std::string why = "") {
+  using Kind = DeviceFlag::Kind;
+  auto request = [](Kind kind, int index, int count, std::string why = "") {
     DeviceRequest r;
-    r.flag = std::move(flag);
-    r.index = index;
+    r.flag = {kind, index};
     r.count = count;
     r.why = std::move(why);
     return r;
   };
-  const DeviceRequest two_gpus = request("cuda", -1, 2);
+  const DeviceRequest two_gpus = request(Kind::cuda, -1, 2);
   CHECK(choose_device(two_gpus, 0).device == Device::cuda(0));
   CHECK(choose_device(two_gpus, 1).device == Device::cuda(1));
   CHECK(choose_device(two_gpus, 3).device == Device::cuda(1));  // modulo the count
   CHECK(choose_device(two_gpus, 1).note == "cuda:1 (local rank 1 of a machine with 2 GPUs)");
-  const DeviceRequest auto_one = request("auto", -1, 1);
+  const DeviceRequest auto_one = request(Kind::automatic, -1, 1);
   CHECK(choose_device(auto_one, 2).device == Device::cuda(0));
   CHECK(choose_device(auto_one, 0).note == "cuda:0 (auto: local rank 0 of a machine with 1 GPU)");
-  const DeviceRequest literal = request("cuda:1", 1, 2);
+  const DeviceRequest literal = request(Kind::cuda, 1, 2);
   CHECK(choose_device(literal, 0).device == Device::cuda(1));
   CHECK(choose_device(literal, 1).device == Device::cuda(1));
-  const DeviceRequest none = request("auto", -1, 0, "no driver");
+  const DeviceRequest none = request(Kind::automatic, -1, 0, "no driver");
   CHECK(choose_device(none, 1).device == Device::cpu());
   CHECK(choose_device(none, 1).note == "cpu (auto: no usable GPU: no driver)");
-  CHECK(choose_device(request("cpu", -1, 2), 0).device == Device::cpu());
+  CHECK(choose_device(request(Kind::cpu, -1, 2), 0).device == Device::cpu());
 
   // auto: NCCL when each local rank has a GPU of its own and no algorithm of ours is asked for.
-  CHECK(choose_backend("auto", two_gpus, "auto", 2) == "nccl");
-  CHECK(choose_backend("auto", two_gpus, "native", 1) == "nccl");
-  CHECK(choose_backend("auto", two_gpus, "auto", 3) == "mpi");   // two ranks would share one
-  CHECK(choose_backend("auto", literal, "auto", 2) == "mpi");    // both on cuda:1
-  CHECK(choose_backend("auto", literal, "auto", 1) == "nccl");
-  CHECK(choose_backend("auto", two_gpus, "ring", 2) == "mpi");
-  CHECK(choose_backend("auto", none, "auto", 1) == "mpi");
-  CHECK(choose_backend("mpi", two_gpus, "ring", 2) == "mpi");
-  CHECK(choose_backend("nccl", two_gpus, "auto", 3) == "nccl");  // asked for: NCCL says why not
-  CHECK_THROWS_WITH_AS(choose_backend("nccl", two_gpus, "tree", 2),
+  using B = BackendKind;
+  using A = comm::Algorithm;
+  CHECK(choose_backend(B::automatic, two_gpus, A::automatic, 2) == B::nccl);
+  CHECK(choose_backend(B::automatic, two_gpus, A::native, 1) == B::nccl);
+  CHECK(choose_backend(B::automatic, two_gpus, A::automatic, 3) == B::mpi);  // two ranks would share one
+  CHECK(choose_backend(B::automatic, literal, A::automatic, 2) == B::mpi);   // both on cuda:1
+  CHECK(choose_backend(B::automatic, literal, A::automatic, 1) == B::nccl);
+  CHECK(choose_backend(B::automatic, two_gpus, A::ring, 2) == B::mpi);
+  CHECK(choose_backend(B::automatic, none, A::automatic, 1) == B::mpi);
+  CHECK(choose_backend(B::mpi, two_gpus, A::ring, 2) == B::mpi);
+  CHECK(choose_backend(B::nccl, two_gpus, A::automatic, 3) == B::nccl);  // asked for: NCCL says why not
+  CHECK_THROWS_WITH_AS(choose_backend(B::nccl, two_gpus, A::tree, 2),
                        "--backend nccl runs NCCL's own allreduce, not --algo tree (that one runs "
                        "over --backend mpi)", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(choose_backend("nccl", none, "auto", 1),
+  CHECK_THROWS_WITH_AS(choose_backend(B::nccl, none, A::automatic, 1),
                        "--backend nccl: NCCL reduces GPU tensors, but this rank trains on cpu "
                        "(--device auto: no usable GPU: no driver); use --backend mpi",
                        std::invalid_argument);

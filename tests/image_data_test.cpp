@@ -78,7 +78,7 @@ ImageTransformOptions unnormalized(ImageTransformOptions o) {
 }
 
 std::shared_ptr<const ImageTransform> imagenet(bool train, int size) {
-  return std::make_shared<ImageTransform>(ImageTransform::preset("imagenet", train, size));
+  return std::make_shared<ImageTransform>(ImageTransform::preset(TransformPreset::imagenet, train, size));
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -162,7 +162,7 @@ TEST_CASE("Resize + CenterCrop and a resized crop: within 1 grey level of torchv
 TEST_CASE("imagenet val preset: Normalize(ToTensor(...)) as torchvision computes it") {
   const ImageFolder folder(kImages + "/train", imagenet(false, 8));
   const int resize = meta("resize_cases")[0][0], crop = meta("resize_cases")[0][1];
-  ImageTransformOptions o = ImageTransform::preset("imagenet", false, 8).options();
+  ImageTransformOptions o = ImageTransform::preset(TransformPreset::imagenet, false, 8).options();
   o.resize->size = resize;
   o.center_crop = crop;
   const ImageTransform t(o);

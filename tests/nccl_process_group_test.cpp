@@ -347,6 +347,7 @@ TEST_CASE("[device] NCCL group of world size 1: every collective on every dtype"
   REQUIRE(pg.size() == 1);
   CHECK(pg.rank() == 0);
   CHECK(pg.backend_name() == "nccl");
+  CHECK_FALSE(pg.runs_our_algorithms());  // allreduce runs NCCL's, whatever is asked
   CHECK(pg.broken_reason().empty());
   const Device gpu = Device::cuda(pg.device());
   SUBCASE("every collective on every dtype against closed forms") {

@@ -208,6 +208,7 @@ TEST_CASE("allreduce: our algorithms through the process group") {
   auto group = make_group();
   QueuedProcessGroup& pg = *group;
   const int n = pg.size(), r = pg.rank();
+  CHECK(pg.runs_our_algorithms());
   // hierarchical: on one node, to the node's first rank and back.
   const Algorithm algos[] = {Algorithm::naive, Algorithm::tree, Algorithm::recursive_doubling,
                              Algorithm::ring, Algorithm::hierarchical, Algorithm::automatic};

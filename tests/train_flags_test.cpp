@@ -354,6 +354,14 @@ TEST_CASE("train: PyTorch ImageNet example's short flags; --optimizer's names") 
   CHECK(contains(other.output, ckpt + "': the checkpoint is of optimizer 'adamw', not 'sgd'"));
   CHECK(run_train("--model mlp --optimizer sgd --max-iters 1 --epochs 2 --resume-model-only --resume " +
                   ckpt).status == 0);
+  // A file without the optimizer's state: the library's refusal, and the flag that loads the
+  // model alone.
+  ringflow::SafetensorsFile file = ringflow::load_safetensors(ckpt);
+  file.tensors.erase("optimizer.lr");
+  ringflow::save_safetensors(ckpt, ringflow::NamedTensors(file.tensors.begin(), file.tensors.end()), file.metadata);
+  const Result partial = run_train("--model mlp --optimizer adamw --max-iters 1 --epochs 2 --resume " + ckpt);
+  CHECK(partial.status > 0);
+  CHECK(contains(partial.output, "tensor 'optimizer.lr' is missing (--resume-model-only loads the model alone)"));
   std::filesystem::remove(ckpt);
   const Result evaluate = run_train("-e");
   CHECK(evaluate.status > 0);
@@ -363,6 +371,25 @@ TEST_CASE("train: PyTorch ImageNet example's short flags; --optimizer's names") 
     CHECK(r.status > 0);
     CHECK(contains(r.output, std::string(flag).substr(0, std::string(flag).find(' ')) + ":"));
   }
+}
+
+TEST_CASE("train: options of fixed names list them in --help; the library's refusals name the flag") {
+  const Result help = run_train("--help");
+  for (const char* option : {"--precision ENUM:{fp32,bf16,fp16}=fp32", "--backend ENUM:{auto,mpi,nccl}=auto",
+                             "--transport ENUM:{auto,shm,hybrid,tcp,mpi}=auto",
+                             "--algo ENUM:{auto,ring,tree,rd,native,naive,hierarchical}=auto",
+                             "--sync ENUM:{none,gather-scatter,allreduce,ddp,fedavg}=none",
+                             "--launcher ENUM:{auto,mpi,env}=auto", "--conv-algo ENUM:{auto,direct}=auto",
+                             "--comm-hook ENUM:{allreduce,fp16,noop}=allreduce", "--device TEXT=auto"})
+    CHECK_MESSAGE(contains(help.output, option), option);
+  // comm::launch_group refuses MPI point to point without an MPI launch (a TransportError of
+  // the transport asked for); train says which flag asked for it.
+  const Result mpi = run_command("env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 " +
+                                 std::string(RINGFLOW_TRAIN) + " --sync allreduce --launcher env "
+                                 "--transport MPI" + kShort);
+  INFO(mpi.output);
+  CHECK(mpi.status > 0);
+  CHECK(contains(mpi.output, "--transport mpi: MPI point to point needs an MPI launch"));
 }
 
 TEST_CASE("train --export-weights, --weights, --evaluate: the trained model's state_dict, evaluated again") {

@@ -94,13 +94,6 @@ const char* launcher_name(Launcher launcher) {
   return "?";
 }
 
-Launcher launcher_from_name(const std::string& name) {
-  for (Launcher l : {Launcher::automatic, Launcher::mpi, Launcher::env}) {
-    if (name == launcher_name(l)) return l;
-  }
-  throw std::invalid_argument("launcher '" + name + "': expected one of auto, mpi, env");
-}
-
 std::optional<EnvLaunch> env_launch(const Getenv& getenv) {
   if (auto l = torchrun_launch(getenv)) return l;
   return slurm_launch(getenv);
@@ -134,7 +127,7 @@ Launcher resolve_launcher(Launcher asked, const Getenv& getenv) {
   switch (asked) {
     case Launcher::mpi: return Launcher::mpi;
     case Launcher::env:
-      RF_CHECK(env_launch(getenv).has_value(), "launch: --launcher env, but neither torchrun's "
+      RF_CHECK(env_launch(getenv).has_value(), "launch: the env launcher asked for, but neither torchrun's "
                "variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) nor Slurm's "
                "(SLURM_PROCID, SLURM_NTASKS) are set");
       return Launcher::env;

@@ -19,7 +19,6 @@ namespace ringflow::comm {
 enum class Launcher : uint8_t { automatic, mpi, env };
 
 const char* launcher_name(Launcher launcher);             // "auto", "mpi", "env"
-Launcher launcher_from_name(const std::string& name);     // throws naming the choices
 
 // A process's place as the environment gives it.
 struct EnvLaunch {

@@ -51,12 +51,22 @@ BucketReduction NoopHook::launch(ProcessGroup&, const Tensor& bucket, const Coll
   return {std::move(work), nullptr, {}};
 }
 
-std::shared_ptr<CommHook> make_comm_hook(const std::string& name) {
-  if (name == "allreduce") return std::make_shared<AllreduceAverageHook>();
-  if (name == "fp16") return std::make_shared<Fp16CompressionHook>();
-  if (name == "noop") return std::make_shared<NoopHook>();
-  throw std::invalid_argument("unknown communication hook '" + name +
-                              "'; the choices are: allreduce, fp16, noop");
+const char* comm_hook_name(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::allreduce: return "allreduce";
+    case CommHookKind::fp16: return "fp16";
+    case CommHookKind::noop: return "noop";
+  }
+  return "?";
+}
+
+std::shared_ptr<CommHook> make_comm_hook(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::allreduce: return std::make_shared<AllreduceAverageHook>();
+    case CommHookKind::fp16: return std::make_shared<Fp16CompressionHook>();
+    case CommHookKind::noop: return std::make_shared<NoopHook>();
+  }
+  throw std::invalid_argument("make_comm_hook: no such kind " + std::to_string(static_cast<int>(kind)));
 }
 
 }  // namespace ringflow::comm

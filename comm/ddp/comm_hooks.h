@@ -14,6 +14,7 @@
 //                          communication skipped", the reference for DDP's overhead.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -64,7 +65,9 @@ class NoopHook final : public CommHook {
                          const CollectiveOptions& options) override;
 };
 
-// By name, for apps' flags: "allreduce", "fp16" or "noop"; throws naming the choices.
-std::shared_ptr<CommHook> make_comm_hook(const std::string& name);
+// The hooks above, by kind (DdpOptions::comm_hook takes any CommHook).
+enum class CommHookKind : uint8_t { allreduce, fp16, noop };
+const char* comm_hook_name(CommHookKind kind);  // "allreduce", "fp16", "noop"
+std::shared_ptr<CommHook> make_comm_hook(CommHookKind kind);
 
 }  // namespace ringflow::comm

@@ -38,13 +38,6 @@ double weight_of(ProcessGroup& pg, double samples, const CollectiveOptions& base
 
 }  // namespace
 
-AverageTopology average_topology_from_name(const std::string& name) {
-  if (name == "cloud") return AverageTopology::cloud;
-  if (name == "allreduce") return AverageTopology::allreduce;
-  throw std::invalid_argument("unknown averaging topology '" + name +
-                              "' (choices: cloud, allreduce)");
-}
-
 const char* average_topology_name(AverageTopology topology) {
   return topology == AverageTopology::cloud ? "cloud" : "allreduce";
 }
@@ -80,7 +73,7 @@ CommEvent average_model(nn::Module& model, ProcessGroup& pg, double samples,
     o.algorithm = options.algorithm;
     works = {pg.allreduce(flat, o)};
     e.model += pg.allreduce_traffic_model(count, options.wire, o.algorithm);
-  } else if (pg.backend_name() != "nccl") {
+  } else if (pg.runs_our_algorithms()) {
     e.collective = "allreduce (cloud)";
     o.algorithm = Algorithm::naive;  // to rank 0 and back
     works = {pg.allreduce(flat, o)};

@@ -16,7 +16,6 @@ namespace ringflow::comm {
 // cloud: every model to rank 0 and the average back, as a federated server does (our naive
 // allreduce; over NCCL its reduce and broadcast); allreduce: the group's allreduce (--algo).
 enum class AverageTopology : uint8_t { cloud, allreduce };
-AverageTopology average_topology_from_name(const std::string& name);  // throws naming the choices
 const char* average_topology_name(AverageTopology topology);
 
 struct ModelAverageOptions {

@@ -252,6 +252,7 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
                     .tcp = {.interface = options_.socket_interface}});
     transport_ = std::move(opened.transport);
     transport_name_ = transport_ ? transport_kind_name(opened.kind) : "mpi";
+    if (transport_) transport_kind_ = opened.kind;
     if (transport_) transport_->set_waiters(waiters());
     if (options_.sockets) why_not_tcp_ = opened.why_not;
   }

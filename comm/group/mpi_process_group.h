@@ -43,10 +43,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ringflow/comm/group/queued_process_group.h"
+#include "ringflow/comm/transport/open_transport.h"
 
 namespace ringflow::comm {
 
@@ -93,6 +95,8 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // What our allreduce algorithms talk through: "shm", "shm+tcp", "tcp" or "mpi".
   std::string transport_name() const;
+  // The same as a kind: none where our algorithms talk MPI point to point.
+  std::optional<TransportKind> transport_kind() const { return transport_kind_; }
   // Why the TCP connections were not made, when options.sockets asked for them and shared
   // memory was not used; empty otherwise.
   const std::string& why_not_tcp() const { return why_not_tcp_; }
@@ -140,6 +144,7 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   MPI_Comm check_comm_ = MPI_COMM_NULL;  // fingerprints
   std::unique_ptr<Transport> transport_;  // our algorithms' (null: MPI's); comm thread only
   std::string transport_name_ = "mpi";
+  std::optional<TransportKind> transport_kind_;
   std::string why_not_tcp_;
   std::vector<MPI_Request> abandoned_;   // requests of timed-out collectives; comm thread only
 };

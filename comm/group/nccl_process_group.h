@@ -89,6 +89,7 @@ class NcclProcessGroup final : public QueuedProcessGroup {
   ~NcclProcessGroup() override;
 
   std::string backend_name() const override { return "nccl"; }
+  bool runs_our_algorithms() const override { return false; }
   int device() const { return device_; }  // the CUDA device index this rank's tensors must be on
 
  protected:

@@ -49,6 +49,9 @@ class ProcessGroup {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend_name() const = 0;  // "mpi", "nccl"
+  // Whether allreduce runs the algorithm options.algorithm names (ours: naive, ring, tree,
+  // ...); false where the backend runs its own whatever is asked (NCCL).
+  virtual bool runs_our_algorithms() const { return true; }
 
   // tensor: in place; the root's values end on every rank.
   std::shared_ptr<Work> broadcast(const Tensor& tensor, const CollectiveOptions& options = {});

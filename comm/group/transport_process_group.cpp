@@ -37,6 +37,7 @@ TransportProcessGroup::TransportProcessGroup(Bootstrap& bootstrap,
   }
   transport_ = std::move(opened.transport);
   transport_name_ = transport_kind_name(opened.kind);
+  transport_kind_ = opened.kind;
   transport_->set_waiters(waiters());
   watch_peers(std::make_unique<PeerWatch>(bootstrap, options.socket_interface, options.setup_timeout));
   start();

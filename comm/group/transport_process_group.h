@@ -39,6 +39,7 @@ class TransportProcessGroup final : public QueuedProcessGroup {
 
   std::string backend_name() const override { return "ringflow"; }
   std::string transport_name() const { return transport_name_; }  // "shm", "shm+tcp" or "tcp"
+  TransportKind transport_kind() const { return transport_kind_; }  // the same as a kind
 
  protected:
   std::shared_ptr<Work> do_broadcast(const Tensor& tensor, const CollectiveOptions&) override;
@@ -71,6 +72,7 @@ class TransportProcessGroup final : public QueuedProcessGroup {
 
   std::unique_ptr<Transport> transport_;  // comm thread only, once made
   std::string transport_name_;
+  TransportKind transport_kind_ = TransportKind::automatic;
 };
 
 }  // namespace ringflow::comm

@@ -18,14 +18,6 @@ const char* transport_kind_name(TransportKind kind) {
   return "?";
 }
 
-TransportKind parse_transport_kind(const std::string& text) {
-  if (text == "auto") return TransportKind::automatic;
-  if (text == "shm") return TransportKind::shm;
-  if (text == "hybrid" || text == "shm+tcp") return TransportKind::hybrid;
-  if (text == "tcp") return TransportKind::tcp;
-  throw std::invalid_argument(cat("unknown transport '", text, "' (auto, shm, hybrid, tcp)"));
-}
-
 OpenedTransport open_transport(Bootstrap& bootstrap, const std::vector<int>& host_of,
                                const OpenTransportOptions& options) {
   TransportKind kind = options.kind;

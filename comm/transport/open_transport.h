@@ -16,9 +16,7 @@ namespace ringflow::comm {
 
 enum class TransportKind { automatic, shm, hybrid, tcp };
 
-// "auto", "shm", "hybrid" ("shm+tcp"), "tcp"; parse throws naming the text and the choices.
-const char* transport_kind_name(TransportKind kind);
-TransportKind parse_transport_kind(const std::string& text);
+const char* transport_kind_name(TransportKind kind);  // "auto", "shm", "shm+tcp", "tcp"
 
 struct OpenTransportOptions {
   TransportKind kind = TransportKind::automatic;

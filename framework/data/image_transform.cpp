@@ -201,10 +201,10 @@ ImageTransform::ImageTransform(ImageTransformOptions options) : options_(std::mo
   }
 }
 
-ImageTransform ImageTransform::preset(const std::string& name, bool train, int size) {
+ImageTransform ImageTransform::preset(TransformPreset preset, bool train, int size) {
   RF_CHECK(size > 0, "image transform: size must be positive, got ", size);
   ImageTransformOptions o;
-  if (name == "imagenet") {
+  if (preset == TransformPreset::imagenet) {
     if (train) {
       o.random_resized_crop = RandomResizedCropOptions{.size = size};
       o.horizontal_flip = 0.5;
@@ -214,7 +214,7 @@ ImageTransform ImageTransform::preset(const std::string& name, bool train, int s
     }
     o.mean = {0.485f, 0.456f, 0.406f};
     o.std = {0.229f, 0.224f, 0.225f};
-  } else if (name == "cifar") {
+  } else {
     o.resize = ResizeOptions{.height = size, .width = size};
     if (train) {
       o.random_crop = RandomCropOptions{.size = size, .padding = 4};
@@ -222,8 +222,6 @@ ImageTransform ImageTransform::preset(const std::string& name, bool train, int s
     }
     o.mean = {0.4914f, 0.4822f, 0.4465f};
     o.std = {0.2470f, 0.2435f, 0.2616f};
-  } else {
-    throw std::invalid_argument("unknown image transform '" + name + "' (choices: imagenet, cifar)");
   }
   return ImageTransform(o);
 }

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -61,6 +62,9 @@ struct CropPlan {
   CropPlan reduced(int reduction, int width, int height) const;
 };
 
+// torchvision's reference recipes that ImageTransform::preset makes.
+enum class TransformPreset : uint8_t { imagenet, cifar };
+
 class ImageTransform {
  public:
   explicit ImageTransform(ImageTransformOptions options);
@@ -70,8 +74,7 @@ class ImageTransform {
   //   cifar train:    Resize((size, size)), RandomCrop(size, padding=4), RandomHorizontalFlip(),
   //                   Normalize(CIFAR-10)   (the Resize does nothing to size x size images)
   //   cifar val:      Resize((size, size)), Normalize(CIFAR-10)
-  // Throws std::invalid_argument naming the choices for another name.
-  static ImageTransform preset(const std::string& name, bool train, int size);
+  static ImageTransform preset(TransformPreset preset, bool train, int size);
 
   int width() const { return width_; }
   int height() const { return height_; }

@@ -24,12 +24,8 @@ std::atomic<ConvAlgorithm> g_conv_algorithm{ConvAlgorithm::automatic};
 void set_conv_algorithm(ConvAlgorithm algorithm) { g_conv_algorithm.store(algorithm); }
 ConvAlgorithm conv_algorithm() { return g_conv_algorithm.load(); }
 
-std::vector<std::string> conv_algorithm_names() { return {"auto", "direct"}; }
-
-ConvAlgorithm conv_algorithm_from_name(const std::string& name) {
-  if (name == "auto") return ConvAlgorithm::automatic;
-  if (name == "direct") return ConvAlgorithm::direct;
-  throw std::invalid_argument("unknown convolution algorithm '" + name + "' (auto or direct)");
+const char* conv_algorithm_name(ConvAlgorithm algorithm) {
+  return algorithm == ConvAlgorithm::direct ? "direct" : "auto";
 }
 
 }  // namespace ringflow

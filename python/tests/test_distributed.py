@@ -44,3 +44,13 @@ def test_one_process_without_a_launcher():
     assert not rf.distributed.is_initialized()
     with pytest.raises(RuntimeError, match="init_process_group"):
         rf.distributed.get_rank()
+
+
+def test_names_refused_at_the_call_naming_the_choices():
+    with pytest.raises(ValueError, match=r"transport 'infiniband' \(choices: auto, shm, hybrid, tcp, mpi\)"):
+        rf.distributed.init_process_group(transport="infiniband")
+    with pytest.raises(ValueError, match=r"backend 'gloo' \(choices: auto, mpi, nccl\)"):
+        rf.distributed.init_process_group("gloo")
+    assert not rf.distributed.is_initialized()
+    with pytest.raises(ValueError, match=r"comm_hook 'bf8' \(choices: allreduce, fp16, noop\)"):
+        rf.distributed.DistributedDataParallel(rf.nn.Linear(2, 2), comm_hook="bf8")
