@@ -361,13 +361,9 @@ const Choices<BackendKind>& backend_choices() {
 }
 
 const Choices<SyncMode>& sync_choices() {
-  static const Choices<SyncMode> c = [] {
-    Choices<SyncMode> names;
-    for (SyncMode m : {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce, SyncMode::ddp,
-                       SyncMode::fedavg})
-      names.emplace_back(sync_mode_name(m), m);
-    return names;
-  }();
+  static const SyncMode modes[] = {SyncMode::none, SyncMode::gather_scatter, SyncMode::allreduce, SyncMode::ddp,
+                                   SyncMode::fedavg};
+  static const Choices<SyncMode> c = choices_from(modes, sync_mode_name);
   return c;
 }
 
@@ -387,12 +383,9 @@ const Choices<comm::Launcher>& launcher_choices() {
 }
 
 const Choices<comm::GroupTransport>& transport_choices() {
-  static const Choices<comm::GroupTransport> c = [] {
-    Choices<comm::GroupTransport> names;
-    using T = comm::GroupTransport;
-    for (T t : {T::automatic, T::shm, T::hybrid, T::tcp, T::mpi}) names.emplace_back(comm::group_transport_name(t), t);
-    return names;
-  }();
+  using T = comm::GroupTransport;
+  static const T transports[] = {T::automatic, T::shm, T::hybrid, T::tcp, T::mpi};
+  static const Choices<T> c = choices_from(transports, comm::group_transport_name);
   return c;
 }
 
@@ -404,12 +397,9 @@ const Choices<comm::CommHookKind>& comm_hook_choices() {
 }
 
 const Choices<comm::AverageTopology>& fed_topology_choices() {
-  static const Choices<comm::AverageTopology> c = [] {
-    Choices<comm::AverageTopology> names;
-    for (auto t : {comm::AverageTopology::cloud, comm::AverageTopology::allreduce})
-      names.emplace_back(comm::average_topology_name(t), t);
-    return names;
-  }();
+  using T = comm::AverageTopology;
+  static const T topologies[] = {T::cloud, T::allreduce};
+  static const Choices<T> c = choices_from(topologies, comm::average_topology_name);
   return c;
 }
 
