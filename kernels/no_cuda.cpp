@@ -10,6 +10,7 @@
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/kernels/cuda_devices.h"
 #include "ringflow/kernels/cuda_memory.h"
+#include "ringflow/kernels/cudnn_choices.h"
 
 namespace ringflow {
 namespace {
@@ -19,6 +20,8 @@ constexpr const char* kWhy = "ringflow was built without CUDA (-Dcuda=disabled o
 const Backend* cuda_backend() { return nullptr; }
 
 std::vector<LibraryVersion> cuda_library_versions() { return {}; }
+
+std::vector<std::string> cudnn_conv_choices() { return {}; }
 
 int cuda_device_count(std::string* why) {
   if (why) *why = kWhy;
