@@ -29,6 +29,8 @@ void set_pool_kernels(Backend& b);
 void set_batch_norm_kernels(Backend& b);
 // Per channel, the biased variance from cuDNN's 1 / sqrt(var + eps) (to_var) or back.
 void batch_norm_convert_stats(const View& out, const View& in, double eps, bool to_var);
+// y = relu(y + residual) in place (residual may be null): the fused forms' tail after cuDNN.
+void batch_norm_add_relu(const View& y, const View* residual);
 // cudnn_batch_norm.cpp, in builds with cuDNN: training batch norm on cuDNN where it can take
 // the operands, the own kernels that `b` holds for the rest.
 void use_cudnn_batch_norm(Backend& b);
