@@ -171,6 +171,13 @@ struct Backend {
   // dtypes; arithmetic in float (double for f64).
   void (*sgd_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) = nullptr;
   void (*adam_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& s) = nullptr;
+  // The grad scaler's unscale and check (torch._amp_foreach_non_finite_check_and_unscale_), in
+  // one launch on a GPU: each slot's `param` is a gradient (grad and state unused), multiplied
+  // in place by inv_scale (an f32 scalar on this device, read there: a captured step replays
+  // with the current scale); found_inf (an f32 scalar on this device) is set to 1 where an
+  // element is inf or NaN and left as it is otherwise.
+  void (*unscale_grads)(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                        const View& found_inf) = nullptr;
 };
 
 // The tables. reference and cpu always exist; cuda_backend() returns null when ringflow

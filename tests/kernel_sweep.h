@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -657,12 +658,12 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
   int failed = 0, cases = 0;
   const int64_t sizes[] = {1, 0, 7, 4099, 33, 17000, 2, 64};
   for (DType dt : dtypes) {
-    for (int n_slots : {1, 8, 45}) {
+    for (int n_slots : {1, 8, 45, 530}) {  // 530: more than one launch's table
       // Each parameter: param, grad, two states, for each table.
       std::vector<Buf> mine, theirs;
       std::vector<OptimizerSlot> a, b;
       for (int i = 0; i < n_slots; ++i) {
-        const int64_t n = sizes[i % 8] + i;
+        const int64_t n = n_slots > 100 ? 1 + i % 7 : sizes[i % 8] + i;
         OptimizerSlot sa, sb;
         Buf bufs[4];
         for (int j = 0; j < 4; ++j) bufs[j] = random({n}, dt, Layout::nchw, rng, j == 3 ? 0 : -1, 1);
@@ -705,6 +706,36 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
           reference_backend().adam_step(dt, b, h);
           compare(std::string(decoupled ? "adamw" : "adam") + " t " + std::to_string(t));
         }
+      }
+      // The grad scaler's unscale and check (where the table has it), on the gradients (the
+      // slots' param for it); an inf, then a NaN, planted in the last gradient sets found_inf,
+      // which stays set.
+      for (int plant = 0; k.unscale_grads && plant < 3; ++plant) {
+        std::vector<OptimizerSlot> ga, gb;
+        for (size_t i = 0; i < a.size(); ++i) {
+          ga.push_back({const_cast<void*>(a[i].grad), nullptr, {nullptr, nullptr}, a[i].numel});
+          gb.push_back({const_cast<void*>(b[i].grad), nullptr, {nullptr, nullptr}, b[i].numel});
+        }
+        if (plant > 0) {
+          const double bad = plant == 1 ? std::numeric_limits<double>::infinity() : std::nan("");
+          Buf* last[2] = {&mine[mine.size() - 3], &theirs[theirs.size() - 3]};
+          for (Buf* g : last) set(g->v, g->v.numel() - 1, bad);
+        }
+        float inv = 0.25f, found_a = plant == 2 ? 1.0f : 0.0f, found_b = found_a;
+        View iv = make({}, DType::f32).v, fa = iv, fb = iv;
+        iv.data = &inv;
+        fa.data = &found_a;
+        fb.data = &found_b;
+        k.unscale_grads(dt, ga, iv, fa);
+        reference_backend().unscale_grads(dt, gb, iv, fb);
+        bool ok = found_a == (plant ? 1.0f : 0.0f) && found_b == found_a;
+        if (plant == 0) {
+          compare("unscale");
+        } else {
+          ++cases;
+          if (!ok) ++failed;
+        }
+        if (!ok) MESSAGE("unscale found_inf " << found_a << " vs " << found_b << " plant " << plant);
       }
     }
   }

@@ -40,6 +40,7 @@ const Backend& reference_backend() {
     b.softmax_backward = reference::softmax_backward;
     b.sgd_step = reference::sgd_step;
     b.adam_step = reference::adam_step;
+    b.unscale_grads = reference::unscale_grads;
     return b;
   }();
   return table;

@@ -90,5 +90,7 @@ void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim
 // optim.cpp
 void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h);
 void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
+void unscale_grads(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                   const View& found_inf);
 
 }  // namespace ringflow::reference
