@@ -46,49 +46,47 @@ cudnnMathType_t math_type(DType dt, bool tf32) {
 // Whether a 4-D view is laid out (N, H, W, C) in memory rather than (N, C, H, W).
 bool channels_last(const View& v) { return !v.is_contiguous() && v.is_channels_last(); }
 
-// A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
-View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last = false) {
+// Whether cuDNN can take v as it is in a call that runs NHWC (nhwc) or NCHW.
+bool in_layout(const View& v, bool nhwc) {
+  return tensor_dims(v, nhwc) && (nhwc ? v.is_channels_last() : v.is_contiguous());
+}
+
+// v's shape with the dense strides of (N, C, H, W) in memory or channels last; no data.
+View dense_layout(const View& v, bool last) {
   View d = v;
   const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   d.strides = last ? std::vector<int64_t>{H * W * C, 1, W * C, C} : std::vector<int64_t>{C * H * W, H * W, W, 1};
   d.derived = nullptr;
+  d.data = nullptr;
+  return d;
+}
+
+// A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
+View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last) {
+  View d = dense_layout(v, last);
   buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
   d.data = buffer->data();
   return d;
 }
 
-// v itself when cuDNN can describe it, else a dense copy of it in `buffer`.
-View describable(const View& v, std::optional<DeviceBuffer>& buffer) {
-  if (tensor_dims(v)) return v;
-  View d = dense_like(v, buffer, channels_last(v));
-  copy(d, v);
+// An activation operand of a call that runs NHWC (nhwc) or NCHW: v itself when cuDNN takes it
+// so, else a dense buffer in that layout, filled from v when `fill` (an input).
+View operand(const View& v, bool nhwc, bool fill, std::optional<DeviceBuffer>& buffer) {
+  if (in_layout(v, nhwc)) return v;
+  const View d = dense_like(v, buffer, nhwc);
+  if (fill) copy(d, v);
   return d;
 }
 
-// v itself when cuDNN can describe it and it is in `like`'s layout, else a buffer (not
-// filled) in that layout: as for filters (filter_like), cuDNN has few algorithms, if any,
-// for a channels-last operand beside an NCHW one, and none with FMA math alone.
-View in_layout_of(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
-  if (tensor_dims(v) && channels_last(v) == channels_last(like)) return v;
-  return dense_like(v, buffer, channels_last(like));
-}
-
-// in_layout_of, filled from v.
-View operand_like(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
-  const View d = in_layout_of(v, like, buffer);
-  if (d.data != v.data) copy(d, v);
-  return d;
-}
-
-// x with the explicit zero rows and columns of `pad` around it, in `buffer`: zeroed, and
-// when `fill_from_x`, x copied into its interior. Returns the padded view; *interior (if
-// given) is the part that x covers.
-View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
+// x with the explicit zero rows and columns of `pad` around it, in `buffer` (x's layout):
+// zeroed, and when `fill_from_x`, x copied into its interior. Returns the padded view;
+// *interior (if given) is the part that x covers.
+View padded(const View& x, const ConvPadding& pad, bool fill_from_x, bool nhwc,
             std::optional<DeviceBuffer>& buffer, View* interior = nullptr) {
   View big = x;
   big.shape[2] += pad.extra_top + pad.extra_bottom;
   big.shape[3] += pad.extra_left + pad.extra_right;
-  big = dense_like(big, buffer, channels_last(x));
+  big = dense_like(big, buffer, nhwc);
   fill(big, 0.0);
   View in = big;
   in.shape = x.shape;
@@ -101,9 +99,9 @@ View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const View& w) {
+  FilterDesc(const View& w, bool nhwc) {
     RF_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
-    const auto layout = filter_layout(w);
+    const auto layout = filter_layout(w, nhwc);
     RF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(
         d, data_type(w.dtype), *layout == FilterLayout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
         static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
@@ -135,23 +133,23 @@ struct LegacyCall {
   FilterDesc wd;
   ConvDesc cd;
   LegacyCall(const View& x, const View& w, const View& y, const ConvPadding& pad, const Conv2dParams& p,
-             bool tf32)
-      : xd(x), yd(y), wd(w), cd(pad, p, x.dtype, tf32) {}
+             bool tf32, bool nhwc)
+      : xd(x, nhwc), yd(y, nhwc), wd(w, nhwc), cd(pad, p, x.dtype, tf32) {}
 };
 
 ConvKey conv_key(ConvDirection direction, const View& x, const View& w, const View& y,
-                 const Conv2dParams& p, bool tf32, bool explicit_zeros) {
+                 const Conv2dParams& p, bool tf32, bool explicit_zeros, bool nhwc) {
   ConvKey key;
   RF_CHECK_CUDA(cudaGetDevice(&key.device));
   key.direction = direction;
   key.dtype = x.dtype;
   key.tf32 = tf32;
   key.explicit_zeros = explicit_zeros;
-  key.x = *tensor_dims(x);
-  key.y = *tensor_dims(y);
+  key.x = *tensor_dims(x, nhwc);
+  key.y = *tensor_dims(y, nhwc);
   key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
            static_cast<int>(w.shape[3])};
-  key.w_layout = *filter_layout(w);
+  key.w_layout = *filter_layout(w, nhwc);
   key.params = {p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.stride_h, p.stride_w, p.dilation_h,
                 p.dilation_w};
   key.align = {alignment(x.data), alignment(w.data), alignment(y.data)};
@@ -345,9 +343,10 @@ const char* direction_name(ConvDirection d) {
 // legacy: algo 1 ...; 11 candidates)"
 std::string choice_line(const ConvKey& key, const View& x, const View& w, const Chosen& c,
                         const Candidates& found) {
+  const bool nhwc = key.w_layout == FilterLayout::nhwc;  // every operand is in the call's layout
   std::string line = std::string(direction_name(key.direction)) + " " + dtype_name(key.dtype) +
                      (key.tf32 && key.dtype == DType::f32 ? " tf32" : "") + " x " + shape_str(x.shape) +
-                     (channels_last(x) ? " nhwc" : " nchw") + " w " + shape_str(w.shape) + ": ";
+                     (nhwc ? " nhwc" : " nchw") + " w " + shape_str(w.shape) + ": ";
   line += c.none ? "none" : describe_candidate(c.candidate);
   // The best of the other API, where it had one, for comparison.
   for (const ConvSource other : {ConvSource::legacy, ConvSource::graph}) {
@@ -409,20 +408,21 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
 // zeros. Returns false when the graph API had no plan for asymmetric padding (the caller then
 // pads); throws NoAlgorithm when nothing qualified otherwise.
 bool run_conv(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p,
-              bool graph, const char* op) {
+              bool nhwc, bool graph, const char* op) {
   const bool tf32 = allow_tf32();  // read once per call, first: the descriptors and the key agree
   const ConvPadding pad = conv_padding(p);
   const bool legacy = !pad.explicit_zeros();
-  const ConvKey key = conv_key(d, x, w, y, p, tf32, /*explicit_zeros=*/!graph);
+  const ConvKey key = conv_key(d, x, w, y, p, tf32, /*explicit_zeros=*/!graph, nhwc);
   cudnnHandle_t h = cudnn_handle();
   std::optional<LegacyCall> call;  // made when the legacy API searches or runs
   const auto legacy_call = [&]() -> const LegacyCall& {
-    if (!call) call.emplace(x, w, y, pad, p, tf32);
+    if (!call) call.emplace(x, w, y, pad, p, tf32, nhwc);
     return *call;
   };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (graph)
-      if (const auto spec = conv_graph_spec(d, x, w, y, p)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
+      if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc))
+        graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
     if (legacy) legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
   });
   if (c.none) {
@@ -467,101 +467,97 @@ void check_conv(const View& x, const View& w, const View& y, const Conv2dParams&
          ", " + std::to_string(Q) + "), not y " + shape_str(y.shape));
 }
 
-// w itself when it is in x's layout, else a buffer (not filled) of w's shape in that layout:
-// cuDNN has few algorithms, if any, for a channels-last filter with an NCHW input or the
-// other way round.
-View filter_like(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
-  const FilterLayout want = channels_last(x) ? FilterLayout::nhwc : FilterLayout::nchw;
-  if (filter_layout(w) == want) return w;
-  return dense_like(w, buffer, want == FilterLayout::nhwc);
-}
-
 // A reordered filter kept in its weight's DerivedCache: valid while the weight's version is.
 struct ReorderedFilter {
   std::mutex mutex;
-  uint64_t version = 0;
+  std::optional<uint64_t> version;  // of the weight it was copied from; none: not filled
   std::optional<DeviceBuffer> buffer;
 };
 
-// w in x's layout (filter_like), filled. A weight read in another layout than its own is
-// reordered once per version, not once per call: forward and backward-data of one step
-// share the copy, kept in the weight storage's DerivedCache (View::derived).
-View filter_operand(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
-  const View d = filter_like(w, x, buffer);
-  if (d.data == w.data) return d;
+// Whether cuDNN can take the filter w as it is in a call that runs NHWC (nhwc) or NCHW.
+bool filter_in_layout(const View& w, bool nhwc) {
+  return filter_layout(w, nhwc) == (nhwc ? FilterLayout::nhwc : FilterLayout::nchw);
+}
+
+// The filter gradient dw as the call writes it: itself, or a buffer (not filled) in the layout.
+View filter_output(const View& dw, bool nhwc, std::optional<DeviceBuffer>& buffer) {
+  return filter_in_layout(dw, nhwc) ? dw : dense_like(dw, buffer, nhwc);
+}
+
+// The filter w in the call's layout, filled: cuDNN has few algorithms, if any, for a filter in
+// another layout than the activations'. A weight read in another layout than its own is
+// reordered once per version, not once per call: forward and backward-data of one step share
+// the copy, kept in the weight storage's DerivedCache (View::derived).
+View filter_operand(const View& w, bool nhwc, std::optional<DeviceBuffer>& buffer) {
+  if (filter_in_layout(w, nhwc)) return w;
   if (!w.derived || !w.is_contiguous()) {
+    const View d = dense_like(w, buffer, nhwc);
     copy(d, w);
     return d;
   }
-  const std::string key = std::string("cudnn_filter_nhwc@") + std::to_string(reinterpret_cast<uintptr_t>(w.data)) +
-                          " " + shape_str(w.shape) + " " + dtype_name(w.dtype);
+  View d = dense_layout(w, nhwc);
+  const std::string key = std::string("cudnn_filter_nhwc ") + shape_str(w.shape) + " " + dtype_name(w.dtype) +
+                          " @" + std::to_string(reinterpret_cast<uintptr_t>(w.data));
   const auto entry = std::static_pointer_cast<ReorderedFilter>(
       w.derived->entry(key, [] { return std::make_shared<ReorderedFilter>(); }));
   std::lock_guard lock(entry->mutex);
-  View cached = d;
-  if (!entry->buffer || entry->version != w.version) {
-    if (!entry->buffer) entry->buffer.emplace(static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
-    cached.data = entry->buffer->data();
-    copy(cached, w);
+  if (!entry->buffer) entry->buffer.emplace(static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
+  d.data = entry->buffer->data();
+  if (entry->version != w.version) {
+    copy(d, w);
     entry->version = w.version;
   }
-  cached.data = entry->buffer->data();
-  return cached;
+  return d;
 }
 
-void forward_in(const View& y, const View& x, const View& w, const View* bias, const Conv2dParams& p) {
-  if (y.numel() == 0) return;
+void forward_in(const View& y, const View& x, const View& w, const View* bias, const Conv2dParams& p,
+                bool nhwc) {
   const char* op = "conv2d_forward";
   std::optional<DeviceBuffer> xb, wb, yb;
-  const View xv = describable(x, xb);
-  const View wv = filter_operand(w, xv, wb);
-  const View yv = in_layout_of(y, xv, yb);
-  if (!run_conv(ConvDirection::forward, xv, wv, yv, p, /*graph=*/true, op)) {
+  const View xv = operand(x, nhwc, /*fill=*/true, xb);
+  const View wv = filter_operand(w, nhwc, wb);
+  const View yv = operand(y, nhwc, /*fill=*/false, yb);
+  if (!run_conv(ConvDirection::forward, xv, wv, yv, p, nhwc, /*graph=*/true, op)) {
     const ConvPadding pad = conv_padding(p);
     std::optional<DeviceBuffer> pb;
-    const View xp = padded(xv, pad, /*fill_from_x=*/true, pb);
-    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), /*graph=*/false, op);
+    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
+    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), nhwc, /*graph=*/false, op);
   }
   if (bias) {
     if (bias->dtype != y.dtype || bias->dim() != 1 || bias->shape[0] != y.shape[1])
       throw std::invalid_argument("cuda conv2d_forward: bias " + shape_str(bias->shape) + " " +
                                   dtype_name(bias->dtype) + " for y " + shape_str(y.shape));
     const Scalars s(x.dtype);
-    const TensorDesc bd(*bias, 0), yd(yv);
+    const TensorDesc bd(*bias, 0), yd(yv, nhwc);
     RF_CHECK_CUDNN(cudnnAddTensor(cudnn_handle(), s.one(), bd.d, bias->data, s.one(), yd.d, yv.data));
   }
   if (yv.data != y.data) copy(y, yv);
 }
 
-void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
-  if (dx.numel() == 0) return;
+void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2dParams& p, bool nhwc) {
   const char* op = "conv2d_backward_data";
   std::optional<DeviceBuffer> dxb, dyb, wb;
-  const View dxv = tensor_dims(dx) ? dx : dense_like(dx, dxb, channels_last(dx));
-  const View dyv = operand_like(dy, dxv, dyb);
-  const View wv = filter_operand(w, dxv, wb);
-  if (dy.numel() == 0) {
-    fill(dx, 0.0);
-    return;
-  }
-  if (!run_conv(ConvDirection::backward_data, dxv, wv, dyv, p, /*graph=*/true, op)) {
+  const View dxv = operand(dx, nhwc, /*fill=*/false, dxb);
+  const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
+  const View wv = filter_operand(w, nhwc, wb);
+  if (!run_conv(ConvDirection::backward_data, dxv, wv, dyv, p, nhwc, /*graph=*/true, op)) {
     // Into a buffer with the explicit zeros' rows and columns; its interior is dx.
     const ConvPadding pad = conv_padding(p);
     std::optional<DeviceBuffer> pb;
     View interior;
-    const View big = padded(dxv, pad, /*fill_from_x=*/false, pb, &interior);
-    run_conv(ConvDirection::backward_data, big, wv, dyv, symmetric(p, pad), /*graph=*/false, op);
+    const View big = padded(dxv, pad, /*fill_from_x=*/false, nhwc, pb, &interior);
+    run_conv(ConvDirection::backward_data, big, wv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
     copy(dxv, interior);
   }
   if (dxv.data != dx.data) copy(dx, dxv);
 }
 
-void backward_bias(const View& db, const View& dy) {
+void backward_bias(const View& db, const View& dy, bool nhwc) {
   if (db.dtype != dy.dtype || db.dim() != 1 || db.shape[0] != dy.shape[1])
     throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db.shape) + " " +
                                 dtype_name(db.dtype) + " for dy " + shape_str(dy.shape));
   const Scalars s(dy.dtype);
-  const TensorDesc bd(db, 0), yd(dy);
+  const TensorDesc bd(db, 0), yd(dy, nhwc);
   const cudnnStatus_t status = cudnnConvolutionBackwardBias(cudnn_handle(), s.one(), yd.d, dy.data, s.zero(),
                                                             bd.d, db.data);
   if (status == CUDNN_STATUS_NOT_SUPPORTED) {
@@ -577,59 +573,61 @@ void backward_bias(const View& db, const View& dy) {
 }
 
 void backward_weights_in(const View& dw, const View* db, const View& dy, const View& x,
-                         const Conv2dParams& p) {
+                         const Conv2dParams& p, bool nhwc) {
   const char* op = "conv2d_backward_weights";
   std::optional<DeviceBuffer> xb, dyb, dwb;
-  const View xv = describable(x, xb);
-  const View dyv = operand_like(dy, xv, dyb);
-  const View dwv = filter_like(dw, xv, dwb);
-  if (dy.numel() == 0) {
-    fill(dw, 0.0);
-    if (db) fill(*db, 0.0);
-    return;
-  }
-  if (!run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, /*graph=*/true, op)) {
+  const View xv = operand(x, nhwc, /*fill=*/true, xb);
+  const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
+  const View dwv = filter_output(dw, nhwc, dwb);
+  if (!run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, /*graph=*/true, op)) {
     const ConvPadding pad = conv_padding(p);
     std::optional<DeviceBuffer> pb;
-    const View xp = padded(xv, pad, /*fill_from_x=*/true, pb);
-    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), /*graph=*/false, op);
+    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
+    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
   }
   if (dwv.data != dw.data) copy(dw, dwv);
-  if (db) backward_bias(*db, dyv);
+  if (db) backward_bias(*db, dyv, nhwc);
 }
 
-// Runs `conv(anchor)`, the other operands following the anchor's layout; when cuDNN has no
-// algorithm for a channels-last anchor, again on an NCHW copy of it (an output: copied back).
+// Runs `conv(nhwc)`: channels-last where either activation is (the framework lays out
+// 16-bit activations so on CUDA: framework/memory_format.h), the other converted; where cuDNN
+// has no algorithm channels-last (with FMA math alone it has none for some shapes), again in
+// NCHW.
 template <class Conv>
-void with_nchw_fallback(const View& anchor, bool is_output, Conv&& conv) {
+void in_either_layout(const View& a, const View& b, Conv&& conv) {
+  const bool nhwc = channels_last(a) || channels_last(b);
   try {
-    conv(anchor);
+    conv(nhwc);
     return;
   } catch (const NoAlgorithm&) {
-    if (!channels_last(anchor)) throw;
+    if (!nhwc) throw;
   }
-  std::optional<DeviceBuffer> buffer;
-  const View nchw = dense_like(anchor, buffer);
-  if (!is_output) copy(nchw, anchor);
-  conv(nchw);
-  if (is_output) copy(anchor, nchw);
+  conv(false);
 }
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
   check_conv(x, w, y, p, "conv2d_forward");
-  with_nchw_fallback(x, false, [&](const View& xa) { forward_in(y, xa, w, bias, p); });
+  if (y.numel() == 0) return;
+  in_either_layout(x, y, [&](bool nhwc) { forward_in(y, x, w, bias, p, nhwc); });
 }
 
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
   check_conv(dx, w, dy, p, "conv2d_backward_data");
-  with_nchw_fallback(dx, true, [&](const View& dxa) { backward_data_in(dxa, dy, w, p); });
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0) return fill(dx, 0.0);
+  in_either_layout(dx, dy, [&](bool nhwc) { backward_data_in(dx, dy, w, p, nhwc); });
 }
 
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p) {
   check_conv(x, dw, dy, p, "conv2d_backward_weights");
-  with_nchw_fallback(x, false, [&](const View& xa) { backward_weights_in(dw, db, dy, xa, p); });
+  if (dy.numel() == 0) {
+    fill(dw, 0.0);
+    if (db) fill(*db, 0.0);
+    return;
+  }
+  in_either_layout(x, dy, [&](bool nhwc) { backward_weights_in(dw, db, dy, x, p, nhwc); });
 }
 
 }  // namespace

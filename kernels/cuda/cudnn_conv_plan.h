@@ -48,14 +48,17 @@ struct TensorDims {
   bool operator==(const TensorDims&) const = default;
 };
 
-inline std::optional<TensorDims> tensor_dims(const View& v) {
+// A view both contiguous and channels-last (size-1 dims: C = 1, or H = W = 1) is described in
+// the layout `prefer_nhwc` names: the same memory either way, and cuDNN has more algorithms
+// where every operand of a call is described in one layout.
+inline std::optional<TensorDims> tensor_dims(const View& v, bool prefer_nhwc = false) {
   if (v.dim() != 4) return std::nullopt;
   TensorDims d;
   // A dense layout implies no overlap; anything else is not taken.
   if (!v.is_contiguous() && !v.is_channels_last()) return std::nullopt;
-  const bool nhwc = !v.is_contiguous();
+  const bool nhwc = v.is_contiguous() && v.is_channels_last() ? prefer_nhwc : !v.is_contiguous();
   // Strides of size-1 dims carry no information; give them the dense layout's values.
-  const int64_t N = v.shape[0], C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   const std::array<int64_t, 4> dense =
       nhwc ? std::array<int64_t, 4>{H * W * C, 1, W * C, C}
            : std::array<int64_t, 4>{C * H * W, H * W, W, 1};
@@ -64,16 +67,18 @@ inline std::optional<TensorDims> tensor_dims(const View& v) {
     d.sizes[i] = static_cast<int>(v.shape[i]);
     d.strides[i] = static_cast<int>(std::max<int64_t>(dense[i], 1));
   }
-  (void)N;
   return d;
 }
 
-// Filters: cuDNN takes dense KCRS (NCHW) or KRSC (NHWC) only.
+// Filters: cuDNN takes dense KCRS (NCHW) or KRSC (NHWC) only; one that is both (1x1, or
+// C = 1) is described as prefer_nhwc says.
 enum class FilterLayout { nchw, nhwc };
-inline std::optional<FilterLayout> filter_layout(const View& w) {
+inline std::optional<FilterLayout> filter_layout(const View& w, bool prefer_nhwc = false) {
   if (w.dim() != 4) return std::nullopt;
-  if (w.is_contiguous()) return FilterLayout::nchw;
-  if (w.is_channels_last()) return FilterLayout::nhwc;
+  const bool contiguous = w.is_contiguous(), last = w.is_channels_last();
+  if (contiguous && last) return prefer_nhwc ? FilterLayout::nhwc : FilterLayout::nchw;
+  if (contiguous) return FilterLayout::nchw;
+  if (last) return FilterLayout::nhwc;
   return std::nullopt;
 }
 
@@ -197,10 +202,11 @@ constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
 inline int64_t graph_alignment(int align) { return std::min(align, 16); }
 
 // nullopt when a view has no descriptor (tensor_dims) or a size exceeds cuDNN's int range.
+// nhwc: the layout of the call, for views that are both (tensor_dims).
 inline std::optional<ConvGraphSpec> conv_graph_spec(ConvDirection direction, const View& x,
                                                     const View& w, const View& y,
-                                                    const Conv2dParams& p) {
-  const auto xd = tensor_dims(x), wd = tensor_dims(w), yd = tensor_dims(y);
+                                                    const Conv2dParams& p, bool nhwc = false) {
+  const auto xd = tensor_dims(x, nhwc), wd = tensor_dims(w, nhwc), yd = tensor_dims(y, nhwc);
   if (!xd || !wd || !yd) return std::nullopt;
   const auto tensor = [](const TensorDims& d, int64_t uid, const void* ptr) {
     GraphTensorSpec t;
