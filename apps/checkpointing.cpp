@@ -298,7 +298,7 @@ std::map<std::string, std::string> Checkpointer::run_state(const TrainingPositio
 bool Checkpointer::save(const TrainingPosition& p, const nn::Module& model,
                         const optim::Optimizer& optimizer, const optim::GradScaler* scaler,
                         const EpochProgress& progress, int64_t epoch_iterations) {
-  if (f_.checkpoint.empty() && !dir_) return false;
+  if (!wanted()) return false;
   const std::map<std::string, std::string> info = run_state(p, scaler, progress, epoch_iterations);
   if (rank_ != 0) return false;
   if (!f_.checkpoint.empty()) save_checkpoint(f_.checkpoint, model, optimizer, p, info);

@@ -61,6 +61,9 @@ class Checkpointer {
   // epoch's last iteration is not: the epoch's own checkpoint follows it).
   bool due_in_epoch(const TrainingPosition& p, int64_t epoch_iterations) const;
 
+  // Whether the run writes checkpoints at all (--checkpoint or --checkpoint-dir).
+  bool wanted() const { return !f_.checkpoint.empty() || dir_.has_value(); }
+
   // Writes a checkpoint at `p` where any is asked for: rank 0 writes, every rank hands in its
   // `progress` (in the middle of an epoch; gathered to rank 0). Returns whether one was written
   // (rank 0; false elsewhere).

@@ -85,7 +85,8 @@ Tensor GradientSync::forward(const Tensor& x, bool last) {
 void GradientSync::after_backward(bool last) {
   if (ddp_) {
     record_ddp_backward();
-  } else if (options_.mode != SyncMode::none && options_.mode != SyncMode::fedavg && last) {
+  } else if (options_.mode != SyncMode::none && options_.mode != SyncMode::fedavg && last &&
+             options_.comm_hook != "noop") {  // allreduce's noop: gradients stay local
     average_each_gradient();
   }
 }
@@ -214,8 +215,10 @@ void GradientSync::average_models() {
   round_samples_ = 0;
 }
 
+// ddp too: its buckets are the gradients' buffers, which the next backward writes into
+// (Note [Gradient buffers] in framework/autograd.h) without zeroing them first.
 void GradientSync::zero_grad(optim::Optimizer& optimizer) {
-  optimizer.zero_grad(/*set_to_none=*/!ddp_);
+  optimizer.zero_grad(/*set_to_none=*/true);
 }
 
 StepComm& StepComm::operator+=(const StepComm& o) {

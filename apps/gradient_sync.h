@@ -36,7 +36,8 @@ struct SyncOptions {
   comm::Algorithm algorithm = comm::Algorithm::automatic;  // allreduce and ddp's buckets
   double bucket_cap_mb = 25;
   bool tune_bucket_caps = false;  // ddp: the caps from measurements instead
-  std::string comm_hook = "allreduce";  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h)
+  // ddp: "allreduce", "fp16" or "noop" (comm_hooks.h); allreduce: "noop" skips it.
+  std::string comm_hook = "allreduce";
   bool find_unused_parameters = false;
   comm::Timeout timeout = comm::kDefaultTimeout;
   // gather-scatter as the group's reduce to rank 0 and broadcast back (one event per
@@ -87,8 +88,8 @@ class GradientSync {
   // After that micro-batch's backward: gather-scatter and allreduce average every gradient
   // when `last`.
   void after_backward(bool last);
-  // After the optimizer step: zeroes the gradients the way the strategy needs (ddp keeps
-  // them as views of its buckets, zeroed; the others drop them).
+  // After the optimizer step: drops the gradients (ddp computes the next ones into its
+  // buckets).
   void zero_grad(optim::Optimizer& optimizer);
   // After the optimizer step, with the samples the step trained on: fedavg averages the
   // models when a round is due. True when it communicated (take() has it).

@@ -129,6 +129,7 @@ void put_figures(nlohmann::json& j, const Figures& mean, const Figures* max) {
   }
   if (!max) return;
   for (const auto& [key, a, b] : {std::tuple{"comm_total_ms", mean.comm_total_ms, max->comm_total_ms},
+                                  std::tuple{"comm_cpu_ms", mean.comm_cpu_ms, max->comm_cpu_ms},
                                   std::tuple{"bytes_sent", mean.bytes_sent, max->bytes_sent},
                                   std::tuple{"bytes_received", mean.bytes_received, max->bytes_received},
                                   std::tuple{"overlap", mean.overlap, max->overlap}}) {
@@ -207,6 +208,7 @@ void print_epoch_table(const AcrossRanks& a, int world, bool distributed) {
   row("iteration", m.step_ms, x.step_ms, "ms", false);
   if (!distributed) return;
   row("comm total (comm thread)", m.comm_total_ms, x.comm_total_ms, "ms", false);
+  row("comm thread cpu", m.comm_cpu_ms, x.comm_cpu_ms, "ms", false);
   row("sent", m.bytes_sent / 1e6, x.bytes_sent / 1e6, "MB", false);
   row("received", m.bytes_received / 1e6, x.bytes_received / 1e6, "MB", false);
   row("overlap (1 - exposed/total)", 100 * m.overlap, 100 * x.overlap, "%", false);

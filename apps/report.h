@@ -42,14 +42,16 @@ struct Figures {
   double phase_ms[kPhases] = {};
   double step_ms = 0;
   double comm_total_ms = 0;  // the communication thread's time
+  double comm_cpu_ms = 0;    // ... and the CPU time it used (comm_thread_cpu_time)
   double bytes_sent = 0, bytes_received = 0;
   double overlap = 0;  // 1 - exposed / comm_total_ms (0 without communication)
-  static constexpr size_t kValues = kPhases + 5;
+  static constexpr size_t kValues = kPhases + 6;
 
   Figures& operator+=(const Figures& o) {
     for (int p = 0; p < kPhases; ++p) phase_ms[p] += o.phase_ms[p];
     step_ms += o.step_ms;
     comm_total_ms += o.comm_total_ms;
+    comm_cpu_ms += o.comm_cpu_ms;
     bytes_sent += o.bytes_sent;
     bytes_received += o.bytes_received;
     return *this;  // overlap is not additive: see with_overlap()
@@ -59,6 +61,7 @@ struct Figures {
     for (int p = 0; p < kPhases; ++p) r.phase_ms[p] = phase_ms[p] / n;
     r.step_ms = step_ms / n;
     r.comm_total_ms = comm_total_ms / n;
+    r.comm_cpu_ms = comm_cpu_ms / n;
     r.bytes_sent = bytes_sent / n;
     r.bytes_received = bytes_received / n;
     r.overlap = overlap / n;
@@ -71,13 +74,14 @@ struct Figures {
   }
   void append_to(std::vector<double>& v) const {
     v.insert(v.end(), phase_ms, phase_ms + kPhases);
-    v.insert(v.end(), {step_ms, comm_total_ms, bytes_sent, bytes_received, overlap});
+    v.insert(v.end(), {step_ms, comm_total_ms, comm_cpu_ms, bytes_sent, bytes_received, overlap});
   }
   static Figures read(const double*& p) {
     Figures f;
     for (double& x : f.phase_ms) x = *p++;
     f.step_ms = *p++;
     f.comm_total_ms = *p++;
+    f.comm_cpu_ms = *p++;
     f.bytes_sent = *p++;
     f.bytes_received = *p++;
     f.overlap = *p++;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/group/device_choice.h"
@@ -38,20 +39,16 @@ DType precision_dtype(const std::string& name) {
 namespace {
 
 // This process's rank and the number of processes the launcher started, read from its
-// environment (MPICH's Hydra sets PMI_RANK and PMI_SIZE, Open MPI OMPI_COMM_WORLD_*, torchrun
-// RANK and WORLD_SIZE, srun SLURM_PROCID and SLURM_NTASKS), without initialising MPI:
-// --sync none must not, so that a plain single-process run stays one.
+// environment (an MPI launcher's, see comm::mpi_launch; torchrun's RANK and WORLD_SIZE,
+// srun's SLURM_PROCID and SLURM_NTASKS), without initialising MPI: --sync none must not, so
+// that a plain single-process run stays one.
 struct Place {
   int rank = 0, size = 1;
 };
 
 Place launched_place() {
-  for (const auto& [rank, size] : {std::pair{"PMI_RANK", "PMI_SIZE"},
-                                   std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}}) {
-    if (const char* n = std::getenv(size)) {
-      const char* r = std::getenv(rank);
-      return {r ? std::atoi(r) : 0, std::max(1, std::atoi(n))};
-    }
+  if (const std::optional<comm::MpiLaunch> mpi = comm::mpi_launch(); mpi && mpi->size > 0) {
+    return {mpi->rank, mpi->size};
   }
   const std::optional<comm::EnvLaunch> env = comm::env_launch();
   return env ? Place{env->rank, env->size} : Place{};
@@ -61,7 +58,8 @@ int launched_ranks() { return launched_place().size; }
 
 }  // namespace
 
-Data open_data(const Flags& f, const Shape& model_input) {
+Data open_data(const Flags& f, const Shape& model_input, int rank, int world) {
+  if (is_image_dataset(f.dataset)) return open_image_data(f, model_input, rank, world);
   Data d;
   if (f.dataset == "fashion-mnist") {
     const std::string dir = f.data_dir.empty() ? data::kFashionMnistDir : f.data_dir;

@@ -46,11 +46,14 @@ void check_output_paths(const Flags& f, int rank, int world);
 struct Data {
   std::shared_ptr<const data::Dataset> train, test;
   std::vector<std::shared_ptr<const data::Transform>> train_transforms, test_transforms;
+  std::vector<std::string> classes;  // the class folders' names (own images); empty: built-in sets
+  std::string note;                  // for the log (own images: the classes, files ignored)
+  bool split_by_rank = false;        // train is this rank's share already (shards): no sampler
 };
 
-// The --dataset's training and test sets with their transforms; throws where the model
-// takes images of another shape.
-Data open_data(const Flags& f, const Shape& model_input);
+// The --dataset's training and test sets with their transforms, for rank `rank` of `world`
+// (shards are dealt to ranks); throws where the model takes images of another shape.
+Data open_data(const Flags& f, const Shape& model_input, int rank = 0, int world = 1);
 
 // The --optimizer over params, with --lr, --momentum (sgd) and --weight-decay.
 std::unique_ptr<optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params);

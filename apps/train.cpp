@@ -20,6 +20,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,13 +31,16 @@
 #include <vector>
 
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/non_finite.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
 #include "ringflow/apps/step_memory.h"
 #include "ringflow/apps/trace.h"
 #include "ringflow/apps/train_flags.h"
 #include "ringflow/comm/base/build_info.h"
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/framework/ringflow.h"
@@ -47,15 +51,22 @@ namespace {
 
 struct Evaluation {
   double loss;
-  int64_t correct, total;
+  int64_t correct, total, skipped;
 };
+
+// --skip-bad-images: each image the loader dropped from a batch, named on stderr.
+int64_t report_skipped(const data::Batch& b) {
+  for (const std::string& why : b.skipped) fmt::print(stderr, "train: skipped a bad image: {}\n", why);
+  return static_cast<int64_t>(b.skipped.size());
+}
 
 Evaluation evaluate(nn::Module& model, data::DataLoader& loader, data::BatchToDevice& to_device,
                     double label_smoothing) {
   NoGradGuard no_grad;
   model.eval();
-  Evaluation e{0, 0, 0};
+  Evaluation e{0, 0, 0, 0};
   for (const data::Batch& host_batch : loader.epoch(0)) {
+    e.skipped += report_skipped(host_batch);
     const data::Batch b = to_device(host_batch);
     const Tensor logits = model(b.images);
     e.loss += cross_entropy(logits, b.labels, Reduction::sum, label_smoothing).item();
@@ -130,6 +141,8 @@ class Trainer {
   std::string progress(int64_t epoch, int64_t step) const;
   void print_epoch_speed(int64_t epoch, const AcrossRanks& a, int64_t steps, double images_per_s) const;
   void set_threads_and_batch();
+  void place_threads();
+  std::chrono::nanoseconds comm_cpu_time() const;
   void check_memory();
   void make_data_and_model();
   void resume();
@@ -143,6 +156,7 @@ class Trainer {
   void finish_epoch(int64_t epoch, const EpochStats& s);
   void checkpoint_in_epoch(int64_t epoch, EpochStats& s);
   void checkpoint(int64_t epoch, const EpochProgress& progress);
+  void check_loaded_finite(const std::string& what) const;
 
   const Flags f_;
   const SyncMode mode_;
@@ -160,8 +174,10 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> scheduler_;
   std::unique_ptr<optim::GradScaler> scaler_;  // --precision fp16: dynamic loss scaling
-  const std::map<std::string, std::string> info_;
+  std::unique_ptr<NonFiniteGuard> guard_;       // --on-nonfinite
+  std::map<std::string, std::string> info_;  // the checkpoints' metadata
   const std::vector<std::string> arguments_;
+  int64_t skipped_ = 0;  // --skip-bad-images: images this rank skipped in this epoch
   TrainingPosition pos_;
   std::unique_ptr<Checkpointer> checkpoints_;
   EpochProgress resumed_progress_;  // this rank's, where the run resumed inside an epoch
@@ -172,6 +188,7 @@ class Trainer {
   Clock::time_point epoch_start_;  // of the epoch being trained, for the progress line
   int64_t epoch_first_ = 0;        // ... and its first iteration (not 0 when resumed inside it)
   bool tuning_reported_ = false;
+  std::string placement_;       // --comm-thread-cpu: what this rank did, for the header
   data::Batch batch_;           // reused from step to step
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
@@ -191,6 +208,7 @@ Trainer::Trainer(const Flags& f, std::vector<std::string> arguments)
       arguments_(std::move(arguments)) {
   check_output_paths(f_, rank_, world_);
   set_threads_and_batch();
+  place_threads();
   make_data_and_model();
   check_memory();
   set_steps();
@@ -236,6 +254,38 @@ void Trainer::set_threads_and_batch() {
   global_batch_ = local_batch_ * world_ * f_.grad_accum;
 }
 
+// --comm-thread-cpu: the communication threads (both groups' where NCCL carries the
+// gradients) on a core of their own, the compute threads (and the loader's, started later)
+// on the others (comm/base/cpu_affinity.h).
+void Trainer::place_threads() {
+  if (!pg_ || f_.comm_thread_cpu == "none") return;
+  const std::vector<int> cpus = comm::allowed_cpus();
+  comm::ThreadPlacement p;
+  if (f_.comm_thread_cpu == "auto") {
+    p = comm::place_comm_thread(cpus, setup_.node.local_rank, setup_.node.local_size,
+                                num_threads());
+  } else {
+    p.comm_cpu = std::stoi(f_.comm_thread_cpu);
+    std::copy_if(cpus.begin(), cpus.end(), std::back_inserter(p.compute_cpus),
+                 [&](int c) { return c != *p.comm_cpu; });
+    p.why = fmt::format("communication thread on CPU {}, compute threads on {}", *p.comm_cpu,
+                        comm::cpu_list_text(p.compute_cpus));
+  }
+  placement_ = p.why;
+  if (!p.comm_cpu) return;
+  setup_.pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (setup_.grad_pg != setup_.pg) setup_.grad_pg->set_comm_thread_cpus({*p.comm_cpu});
+  if (!p.compute_cpus.empty()) set_compute_cpus(p.compute_cpus);
+}
+
+// What the communication threads have used of the CPUs so far.
+std::chrono::nanoseconds Trainer::comm_cpu_time() const {
+  if (!pg_) return {};
+  std::chrono::nanoseconds t = setup_.pg->comm_thread_cpu_time();
+  if (setup_.grad_pg != setup_.pg) t += setup_.grad_pg->comm_thread_cpu_time();
+  return t;
+}
+
 // Before the first step: on the CPU, the step's measured estimate against what this host has
 // for its ranks. Every rank takes part in the decision (a rank on a GPU says "fits"), so
 // that all stop when one would not fit instead of the others waiting for it.
@@ -271,10 +321,15 @@ void Trainer::check_memory() {
 void Trainer::make_data_and_model() {
   manual_seed(f_.seed);
   const Shape input = models::model_input_shape(f_.model);
-  model_ = models::make_model(f_.model);
+  data_ = open_data(f_, input, rank_, world_);  // first: own images give the model its classes
+  model_ = models::make_model(f_.model, static_cast<int64_t>(data_.classes.size()));
   load_weights_flag();
   model_->to(setup_.device.device);  // in place: the optimizer and the sync hold the same tensors
-  data_ = open_data(f_, input);
+  if (!data_.classes.empty()) {
+    info_["classes"] = nlohmann::json(data_.classes).dump();
+    if (data_.train->image_shape() != input)
+      check_model_takes(*model_, f_, data_.train->image_shape(), setup_.device.device);
+  }
   to_device_ = std::make_unique<data::BatchToDevice>(setup_.device.device);
   std::shared_ptr<const data::Sampler> sampler;
   const data::Partition partition = data::partition_from_name(f_.partition);
@@ -283,19 +338,24 @@ void Trainer::make_data_and_model() {
         data::dirichlet_partition(*data_.train, world_, partition.dirichlet_alpha, f_.seed);
     sampler = std::make_shared<data::ShardSampler>(std::move(shares[static_cast<size_t>(rank_)]),
                                                    f_.seed + static_cast<uint64_t>(rank_));
-  } else if (pg_) {
+  } else if (pg_ && !data_.split_by_rank) {
     sampler = std::make_shared<data::DistributedSampler>(
         data_.train->size(), world_, rank_,
         data::DistributedSamplerOptions{.shuffle = true, .seed = f_.seed});
   }
+  const int prefetch = std::max(1, f_.workers) * f_.prefetch_factor;
   train_loader_ = std::make_unique<data::DataLoader>(
       data_.train, data::DataLoaderOptions{.batch_size = local_batch_, .drop_last = true,
                                            .seed = f_.seed, .num_workers = f_.workers,
-                                           .transforms = data_.train_transforms, .sampler = sampler});
+                                           .prefetch_batches = prefetch,
+                                           .transforms = data_.train_transforms, .sampler = sampler,
+                                           .skip_bad_examples = f_.skip_bad_images});
   test_loader_ = std::make_unique<data::DataLoader>(
-      data_.test, data::DataLoaderOptions{.batch_size = 1000, .shuffle = false,
-                                          .num_workers = f_.workers,
-                                          .transforms = data_.test_transforms});
+      data_.test, data::DataLoaderOptions{.batch_size = data_.classes.empty() ? 1000 : 100,
+                                          .shuffle = false, .num_workers = f_.workers,
+                                          .prefetch_batches = prefetch,
+                                          .transforms = data_.test_transforms,
+                                          .skip_bad_examples = f_.skip_bad_images});
   if (train_loader_->num_batches() < f_.grad_accum)
     throw std::invalid_argument(
         !partition.iid() ? fmt::format("--partition {} gave rank {} {} training images, fewer "
@@ -312,6 +372,8 @@ void Trainer::make_data_and_model() {
   optimizer_ = make_optimizer(f_, model_->parameters());
   scheduler_ = std::make_unique<optim::LRScheduler>(*optimizer_, make_schedule(f_));
   if (f_.precision == "fp16") scaler_ = std::make_unique<optim::GradScaler>();
+  guard_ = std::make_unique<NonFiniteGuard>(f_.on_nonfinite, f_.nonfinite_check_every,
+                                            /*scaler_checks_grads=*/scaler_ != nullptr);
 }
 
 // Optimizer steps per epoch. Unequal shares (--partition dirichlet) train as many steps as
@@ -333,6 +395,17 @@ void Trainer::resume() {
   pos_ = r->position;
   resumed_progress_ = r->progress;
   scheduler_->set_epoch(std::min<int64_t>(pos_.epoch, f_.epochs));
+  check_loaded_finite(fmt::format("checkpoint '{}'", r->path));
+}
+
+// A model read from a file (--resume, --weights) holds no inf or NaN, unless
+// --on-nonfinite ignore lets it in.
+void Trainer::check_loaded_finite(const std::string& what) const {
+  if (f_.on_nonfinite == OnNonFinite::ignore) return;
+  const std::string bad = first_non_finite(model_->state_dict());
+  if (bad.empty()) return;
+  throw std::invalid_argument(fmt::format("{}: tensor '{}' holds inf or NaN (--on-nonfinite ignore "
+                                          "loads it all the same)", what, bad));
 }
 
 void Trainer::print_header() const {
@@ -342,6 +415,7 @@ void Trainer::print_header() const {
              data_.test->size(), optimizer_name(f_.optimizer), num_threads(), setup_.device.note,
              f_.precision == "fp32" ? "" : fmt::format("; mixed precision {} (f32 master weights)",
                                                        f_.precision));
+  if (!data_.note.empty()) fmt::print("{}: {}\n", f_.data_dir, data_.note);
   const bool widened = f_.precision == "fp16" || (f_.precision == "bf16" && !cpu_native_bf16());
   if (setup_.device.device.is_cpu() && widened)
     fmt::print("{} on the CPU{}: convolutions and matmuls widen to f32 inside the kernels; values "
@@ -367,6 +441,8 @@ void Trainer::print_header() const {
              setup_.backend == "nccl" ? "NCCL" : setup_.transport, details);
   fmt::print("ranks started by {}; processes (pid@host) by rank: {}\n", setup_.how,
              fmt::join(setup_.processes, " "));
+  if (!placement_.empty())
+    fmt::print("--comm-thread-cpu {} on rank 0: {}\n", f_.comm_thread_cpu, placement_);
 }
 
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
@@ -374,6 +450,7 @@ StepRecord Trainer::step() {
   StepRecord r;
   double* ms = r.figures.phase_ms;
   r.start = Clock::now();
+  const std::chrono::nanoseconds comm_cpu_start = comm_cpu_time();
   for (int k = 0; k < f_.grad_accum; ++k) {
     const bool last = k + 1 == f_.grad_accum;
     auto& t = r.marks.emplace_back();
@@ -382,6 +459,7 @@ StepRecord Trainer::step() {
       r.ran_out = true;
       return r;
     }
+    skipped_ += report_skipped(batch_);
     batch_ = (*to_device_)(batch_);  // on a GPU: queued behind the previous step's kernels
     t[1] = Clock::now();
     Tensor logits, loss;
@@ -413,7 +491,9 @@ StepRecord Trainer::step() {
   ms[kComm] += r.comm.forward_wait_ms + r.comm.backward_wait_ms;
   r.optimizer_start = Clock::now();
   clip_gradients();
-  if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
+  if (!guard_->allow_step(r.loss_sum / f_.grad_accum, model_->parameters(), pos_.iteration + 1)) {
+    r.skipped = true;  // --on-nonfinite skip
+  } else if (scaler_) {  // unscales (unless clipping did); skips the step when a gradient overflowed fp16
     r.skipped = !scaler_->step(*optimizer_);
     scaler_->update();
   } else {
@@ -429,6 +509,8 @@ StepRecord Trainer::step() {
   r.end = Clock::now();
   r.figures.step_ms = ms_between(r.start, r.end);
   r.figures.comm_total_ms = r.comm.comm_ms;
+  r.figures.comm_cpu_ms =
+      std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
   r.figures.bytes_sent = static_cast<double>(r.comm.traffic.sent);
   r.figures.bytes_received = static_cast<double>(r.comm.traffic.received);
   r.figures = r.figures.with_overlap();
@@ -481,6 +563,11 @@ EpochStats Trainer::train_epoch(int64_t epoch) {
     if (checkpoints_->due_in_epoch(pos_, steps_)) checkpoint_in_epoch(epoch, s);
   }
   if (tty_) fmt::print("\r\033[K");
+  if (skipped_ > 0) {
+    fmt::print(stderr, "train: {}{} bad images skipped in epoch {} (--skip-bad-images)\n",
+               pg_ ? fmt::format("rank {}: ", rank_) : "", skipped_, epoch);
+    skipped_ = 0;
+  }
   if (sync_->end_of_epoch(epoch, epoch == f_.epochs)) {  // fedavg: the models averaged
     const StepComm round = sync_->take();
     s.traffic.add(round.traffic, round.model, round.rounds);
@@ -570,10 +657,12 @@ void Trainer::finish_epoch(int64_t epoch, const EpochStats& s) {
       fmt::print("  fp16 loss scale {:g} after the epoch; {} steps skipped in it (inf or NaN "
                  "gradients), {} in all\n", scaler_->get_scale(), s.skipped, scaler_->skipped_steps());
     }
-    if (scaler_) {
-      j["loss_scale"] = scaler_->get_scale();
-      j["skipped_steps"] = s.skipped;
+    if (!scaler_ && s.skipped > 0 && chatty_) {
+      fmt::print("  {} steps skipped in the epoch (inf or NaN gradients, --on-nonfinite skip)\n",
+                 s.skipped);
     }
+    if (scaler_) j["loss_scale"] = scaler_->get_scale();
+    if (scaler_ || s.skipped > 0) j["skipped_steps"] = s.skipped;
     fmt::print("Training set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n",
                a.loss_sum / std::max<int64_t>(1, a.batches), a.correct, a.seen,
                100.0 * a.correct / std::max<int64_t>(1, a.seen));
@@ -601,6 +690,7 @@ void Trainer::checkpoint_in_epoch(int64_t epoch, EpochStats& s) {
 }
 
 void Trainer::checkpoint(int64_t epoch, const EpochProgress& progress) {
+  if (!checkpoints_->wanted() || !guard_->may_save(model_->state_dict(), pos_.iteration)) return;
   const auto save_start = Clock::now();
   if (checkpoints_->save(pos_, *model_, *optimizer_, scaler_.get(), progress, steps_)) {
     trace_->span(Track::compute, "checkpoint", "epoch", save_start, Clock::now(),
@@ -659,6 +749,7 @@ void Trainer::load_weights_flag() {
   } catch (const std::exception& e) {
     throw std::invalid_argument(fmt::format("--weights {}", e.what()));
   }
+  check_loaded_finite(fmt::format("--weights {}", f_.weights));
 }
 
 // --clip-grad-norm: on the gradients the optimizer will apply (averaged over the ranks, and
@@ -672,8 +763,9 @@ void Trainer::clip_gradients() {
 // Rank 0's evaluation on the test set: its line, and its figures into the metrics record j.
 void Trainer::report_test_set(nlohmann::json& j) const {
   const Evaluation e = evaluate(*model_, *test_loader_, *to_device_, f_.label_smoothing);
-  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n", e.loss / e.total,
-             e.correct, e.total, 100.0 * e.correct / e.total);
+  fmt::print("Test set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%){}\n", e.loss / e.total,
+             e.correct, e.total, 100.0 * e.correct / e.total,
+             e.skipped ? fmt::format("; {} bad images skipped", e.skipped) : "");
   j["test_loss"] = e.loss / e.total;
   j["test_accuracy"] = static_cast<double>(e.correct) / e.total;
   j["test_images"] = e.total;

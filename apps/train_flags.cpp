@@ -10,8 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "ringflow/comm/base/build_info.h"
 #include "ringflow/apps/checkpointing.h"
+#include "ringflow/apps/data_choice.h"
+#include "ringflow/comm/base/build_info.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
 
@@ -69,6 +70,9 @@ CLI::Validator enum_names(const std::vector<std::pair<std::string, E>>& names) {
 const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {
     {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
 
+const std::vector<std::pair<std::string, OnNonFinite>> kOnNonFinite = {
+    {"stop", OnNonFinite::stop}, {"skip", OnNonFinite::skip}, {"ignore", OnNonFinite::ignore}};
+
 // The flags in groups, added in the order `train --help` lists them.
 
 // What is trained, on what, and the optimizer.
@@ -77,9 +81,11 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--model", f.model, "model name")->capture_default_str()
       ->check(CLI::IsMember(models::model_names()));
   app.add_option("--dataset", f.dataset, "data set")->capture_default_str()
-      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic"}));
+      ->check(CLI::IsMember({"fashion-mnist", "cifar10", "synthetic", "imagefolder", "shards"}));
   app.add_option("--data-dir", f.data_dir, "folder of the data set's files (default: "
-                 "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin)");
+                 "/usr/share/datasets/fashion-mnist, data/cifar-10-batches-bin); imagefolder: "
+                 "DIR/train/<class>/<image> and DIR/val/<class>/<image> (JPEG, PNG); shards: "
+                 "DIR/train/*.tar and DIR/val/*.tar (ringflow-pack)");
   app.add_option("--epochs", f.epochs, "passes over the training set")->capture_default_str()->check(above0);
   auto* local_batch = app.add_option("-b,--batch-size,--local-batch", f.batch_size,
                                      "images per step, per rank and micro-batch (weak scaling)")
@@ -92,6 +98,14 @@ void add_training_flags(CLI::App& app, Flags& f) {
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--weight-decay,--wd", f.weight_decay, "weight decay (L2 for sgd and adam, "
                  "decoupled for adamw)")->capture_default_str()->check(at_least0);
+  app.add_option("--on-nonfinite", f.on_nonfinite, "a loss or gradients holding inf or NaN: "
+                 "stop the run naming the iteration, skip that optimizer step (decided on the "
+                 "averaged gradients, the same on every rank; fp16's scaler skips on its own), or "
+                 "ignore; a model that is not finite is never written to or read from a checkpoint "
+                 "(ignore: a warning)")->default_str("stop")->transform(enum_names(kOnNonFinite));
+  app.add_option("--nonfinite-check-every", f.nonfinite_check_every, "optimizer steps between "
+                 "looks at the gradients' norm (the loss is looked at every step; 0: never; skip "
+                 "looks every step)")->capture_default_str()->check(bound(0, true));
   app.add_option("--clip-grad-norm", f.clip_grad_norm, "scale the gradients down to this global "
                  "L2 norm where it is larger (torch.nn.utils.clip_grad_norm_; 0: never)")
       ->capture_default_str()->check(at_least0);
@@ -122,6 +136,8 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "(nccl when each rank has a GPU of its own)")->capture_default_str()->check(CLI::IsMember({"auto", "mpi", "nccl"}));
   app.add_option("-j,--workers", f.workers, "data-loading threads (0: load in the training thread)")
       ->capture_default_str()->check(at_least0)->check(at_most_threads("workers"));
+  app.add_option("--prefetch-factor", f.prefetch_factor, "batches each data-loading thread builds ahead")
+      ->capture_default_str()->check(bound(1, true));
   app.add_flag("--no-memory-check", f.no_memory_check, "train even where the step's measured memory "
                "estimate (CPU) exceeds what the host has available");
   app.add_option("--precision", f.precision, "fp32, or bf16 / fp16: mixed precision (autocast: "
@@ -221,7 +237,8 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
          "the first iterations with several caps (comm/ddp/bucket_tuner.h)")
       ->default_str("25");
   app.add_option("--comm-hook", f.comm_hook, "ddp: allreduce (average), fp16 (compressed) or noop "
-                 "(no communication, gradients stay local: a reference for measurements only)")
+                 "(no communication, gradients stay local: a reference for measurements only); "
+                 "allreduce: allreduce or noop")
       ->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "noop"}));
   app.add_flag("--find-unused", f.find_unused, "ddp: look for parameters the loss does not reach "
                "after each forward");
@@ -229,6 +246,20 @@ void add_parallel_flags(CLI::App& app, Flags& f) {
                  "for all but the last)")->capture_default_str()->check(bound(1, true));
   app.add_option("--comm-timeout", f.comm_timeout_s, "seconds a collective may take before the "
                  "run fails (rank 0 evaluates alone meanwhile)")->capture_default_str()->check(above0);
+  app.add_option("--comm-thread-cpu", f.comm_thread_cpu, "where the communication thread runs: "
+                 "auto (a core of its own, the compute threads on the rest of this rank's share "
+                 "of the node's cores, where that share holds a core beyond --threads), none "
+                 "(where the OS puts it), or a CPU number (the compute threads on the others)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            if (s == "auto" || s == "none") return std::string();
+            const bool digits = !s.empty() && s.size() < 7 && std::all_of(s.begin(), s.end(), [](char c) {
+              return c >= '0' && c <= '9';
+            });
+            return digits ? std::string() : "expected auto, none or a CPU number, got '" + s + "'";
+          },
+          "auto|none|CPU"));
 }
 
 // Federated averaging and the users' data.
@@ -283,6 +314,7 @@ void add_flags(CLI::App& app, Flags& f) {
   add_checkpoint_flags(app, f);
   add_parallel_flags(app, f);
   add_federated_flags(app, f);
+  add_image_data_flags(app, f);
 }
 
 void check_flag_combinations(const Flags& f) {
@@ -297,6 +329,11 @@ void check_flag_combinations(const Flags& f) {
             flag, f.sync));
     }
   }
+  const bool hook_applies = f.sync == "ddp" || (f.sync == "allreduce" && f.comm_hook == "noop");
+  if (f.comm_hook != "allreduce" && !hook_applies)
+    throw std::invalid_argument(fmt::format(
+        "--comm-hook {} applies to --sync ddp{}, not --sync {}", f.comm_hook,
+        f.comm_hook == "noop" ? " and allreduce" : "", f.sync));
   if (f.evaluate && f.weights.empty() && f.resume.empty())
     throw std::invalid_argument("--evaluate evaluates the model of --weights FILE or --resume "
                                 "FILE: give one");

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ringflow/apps/non_finite.h"
+
 namespace ringflow::apps {
 
 // --optimizer: torch.optim's SGD, Adam, AdamW (framework/optim/).
@@ -30,6 +32,7 @@ struct Flags {
   int64_t max_iters = 0;
   int eval_every = 1;
   int workers = 1;
+  int prefetch_factor = 2;  // batches built ahead per worker
   bool no_memory_check = false;  // train even where the step's memory estimate exceeds the host's
   std::string metrics, trace;
   // Checkpoints (apps/checkpointing.h).
@@ -49,6 +52,7 @@ struct Flags {
   int64_t global_batch = 0;  // 0: --batch-size per rank
   int grad_accum = 1;
   double comm_timeout_s = 300;
+  std::string comm_thread_cpu = "none";  // auto, none or a CPU number
   // Federated averaging (--sync fedavg) and how the data is split among the ranks.
   int64_t local_steps = 0;  // 0: rounds by --local-epochs
   int local_epochs = 0;     // 0: 1 when --local-steps is 0 too
@@ -57,12 +61,19 @@ struct Flags {
   std::string partition = "iid";
   // As PyTorch's ImageNet example and torchvision's reference scripts name them.
   OptimizerKind optimizer = OptimizerKind::sgd;
+  OnNonFinite on_nonfinite = OnNonFinite::stop;  // a loss or gradients holding inf or NaN
+  int64_t nonfinite_check_every = 10;            // optimizer steps between looks at the gradients
   double clip_grad_norm = 0;   // 0: no clipping
   double label_smoothing = 0;  // torch.nn.CrossEntropyLoss's
   std::string weights;         // a plain state_dict to start from (framework/weights.h)
   std::string export_weights;  // the trained model's state_dict, written at the end
   bool evaluate = false;       // the test set alone, then exit
   bool quiet = false;          // results and errors only
+  // Own images (apps/data_choice.h): --dataset imagefolder or shards.
+  std::string train_transform = "imagenet", val_transform;  // val: train's when empty
+  int image_size = 0;  // 0: the model's input size
+  bool skip_bad_images = false;
+  int64_t max_image_pixels = 89478485;  // PIL's MAX_IMAGE_PIXELS (data::kDefaultMaxImagePixels)
 };
 
 // Adds every flag of train to app, bound to f, with --config FILE (CLI11's TOML or INI:

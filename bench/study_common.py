@@ -3,12 +3,21 @@ command with a time limit, reading apps/train's metrics, markdown tables and gnu
 Standard library only."""
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 
 PHASES = ["data", "forward", "backward", "comm", "optimizer"]  # the app's *_ms fields
 PHASE_LABELS = ["data wait", "forward", "backward compute", "comm wait (exposed)", "optimizer"]
+
+
+def default_mpiexec():
+    """The launcher of the MPI that build/ links: RINGFLOW_MPIEXEC where set (meson's tests
+    set the build's own), else MPICH's by its Debian name (-Dmpi=auto takes MPICH where it is
+    installed), not the bare `mpiexec`, which Debian's alternatives may point at Open MPI."""
+    return (os.environ.get("RINGFLOW_MPIEXEC") or shutil.which("mpiexec.mpich")
+            or shutil.which("mpiexec.hydra") or "mpiexec")
 
 
 def run_with_timeout(cmd, out, env, timeout):
@@ -89,7 +98,7 @@ def summarize(its, warmup):
            "images_per_s": mean("images_per_s")}
     for p in PHASES:
         out[p + "_ms"] = mean(p + "_ms")
-    for key in ("comm_total_ms", "bytes_sent", "bytes_received", "overlap",
+    for key in ("comm_total_ms", "comm_cpu_ms", "bytes_sent", "bytes_received", "overlap",
                 "max_bytes_sent", "max_bytes_received"):
         out[key] = mean(key)
     return out

@@ -16,6 +16,10 @@ std::atomic<uint64_t> next_sequence_nr{0};
 
 // The callbacks of the backward pass running on this thread (null outside backward).
 thread_local std::vector<std::function<void()>>* pass_callbacks = nullptr;
+// The gradient buffers offered to the backward rule running on this thread, per input
+// (Note [Gradient buffers]); null outside a rule.
+thread_local const std::vector<Tensor>* offered_buffers = nullptr;
+std::atomic<int64_t> buffer_copy_bytes{0};
 
 // Sums the gradients a leaf receives into its .grad, then fires its hooks.
 class AccumulateGrad : public Node {
@@ -31,17 +35,35 @@ class AccumulateGrad : public Node {
     Tensor leaf(impl);
     AutogradMeta& meta = impl->meta();
     const Tensor& g = grads[0];
-    if (!meta.grad || !meta.grad->defined()) {
+    if (meta.grad && meta.grad->defined()) {
+      meta.grad->add_(g);
+    } else if (meta.grad_buffer) {
+      // Note [Gradient buffers]: in it already when the rule computed into it.
+      Tensor& buffer = *meta.grad_buffer;
+      if (g.impl() != buffer.impl()) {
+        buffer.copy_(g);
+        buffer_copy_bytes.fetch_add(g.numel() * static_cast<int64_t>(dtype_size(g.dtype())),
+                                    std::memory_order_relaxed);
+      }
+      meta.grad = std::make_shared<Tensor>(buffer);
+    } else {
       // Steal a fresh gradient nobody else holds; otherwise keep our own copy.
       const bool sole_owner = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
                               g.is_contiguous() && g.numel() == shape_numel(g.shape()) &&
                               g.storage()->nbytes() == g.numel() * dtype_size(g.dtype());
       meta.grad = std::make_shared<Tensor>(sole_owner ? g.detach() : g.clone().detach());
-    } else {
-      meta.grad->add_(g);
     }
     for (const GradHook& hook : meta.post_accumulate_hooks) hook(leaf);
     return {};
+  }
+
+  // The leaf's gradient buffer while its .grad is none; undefined otherwise.
+  Tensor free_buffer() const {
+    auto impl = leaf_.lock();
+    if (!impl || !impl->autograd) return {};
+    const AutogradMeta& meta = *impl->autograd;
+    if (!meta.grad_buffer || (meta.grad && meta.grad->defined())) return {};
+    return *meta.grad_buffer;
   }
 
  private:
@@ -70,6 +92,38 @@ struct ByPriority {
 
 void add_into(Tensor& slot, const Tensor& g) {
   slot = slot.defined() ? add(slot, g) : g;
+}
+
+using Pending = std::unordered_map<Node*, std::vector<Tensor>>;  // gradients received per node
+
+// Note [Gradient buffers]: per input of `node`, the buffer its rule may compute into: where
+// the edge leads to a leaf's AccumulateGrad that no other edge of this pass leads to and
+// that has received nothing yet, and the leaf's .grad is none.
+std::vector<Tensor> buffers_to_offer(const Node& node, const Pending& pending,
+                                     const std::unordered_map<Node*, int>& dependencies) {
+  std::vector<Tensor> offered;
+  for (size_t i = 0; i < node.next_edges.size(); ++i) {
+    auto* acc = dynamic_cast<AccumulateGrad*>(node.next_edges[i].node.get());
+    if (!acc || pending.count(acc)) continue;
+    const auto d = dependencies.find(acc);
+    if (d == dependencies.end() || d->second != 1) continue;
+    Tensor buffer = acc->free_buffer();
+    if (!buffer.defined()) continue;
+    offered.resize(node.next_edges.size());
+    offered[i] = std::move(buffer);
+  }
+  return offered;
+}
+
+// Applies node with offered as the buffers its rule may compute into.
+std::vector<Tensor> apply_offering(Node& node, std::vector<Tensor>&& grads,
+                                   const std::vector<Tensor>& offered) {
+  struct Restore {
+    const std::vector<Tensor>* outer;
+    ~Restore() { offered_buffers = outer; }
+  } restore{offered_buffers};
+  offered_buffers = offered.empty() ? nullptr : &offered;
+  return node.apply(std::move(grads));
 }
 
 }  // namespace
@@ -113,7 +167,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   RF_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ",
            grads.size(), " gradients");
   const AutocastGuard no_autocast(DType::bf16, /*enabled=*/false);  // the forward's dtypes
-  std::unordered_map<Node*, std::vector<Tensor>> buffers;  // gradients received per node
+  Pending buffers;
   std::vector<std::shared_ptr<Node>> root_nodes;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
@@ -173,7 +227,10 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     inputs.resize(1);
     // A node that no gradient reached still releases its successors' dependency counts.
     std::vector<Tensor> outputs;
-    if (inputs[0].defined()) outputs = node->apply(std::move(inputs));
+    if (inputs[0].defined()) {
+      outputs = apply_offering(*node, std::move(inputs),
+                               buffers_to_offer(*node, buffers, dependencies));
+    }
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
@@ -192,6 +249,30 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   // Callbacks may queue further callbacks.
   for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
 }
+
+void set_grad_buffer(const Tensor& leaf, const Tensor& buffer) {
+  RF_CHECK(leaf.defined(), "set_grad_buffer: undefined leaf");
+  if (buffer.defined()) {
+    RF_CHECK(buffer.shape() == leaf.shape() && buffer.dtype() == leaf.dtype() &&
+                 buffer.device() == leaf.device() && buffer.is_contiguous(),
+             "set_grad_buffer: the buffer (", dtype_name(buffer.dtype()), " ",
+             shape_str(buffer.shape()), " on ", buffer.device().str(),
+             buffer.is_contiguous() ? "" : ", not contiguous", ") must be contiguous and ",
+             dtype_name(leaf.dtype()), " ", shape_str(leaf.shape()), " on ", leaf.device().str(),
+             ", as the leaf is");
+  }
+  leaf.impl()->meta().grad_buffer = buffer.defined() ? std::make_shared<Tensor>(buffer) : nullptr;
+}
+
+Tensor new_input_grad(size_t input, const Shape& shape, DType dtype, Device device) {
+  if (offered_buffers && input < offered_buffers->size()) {
+    const Tensor& b = (*offered_buffers)[input];
+    if (b.defined() && b.shape() == shape && b.dtype() == dtype && b.device() == device) return b;
+  }
+  return empty(shape, dtype, device);
+}
+
+int64_t grad_buffer_copy_bytes() { return buffer_copy_bytes.load(std::memory_order_relaxed); }
 
 void queue_callback(std::function<void()> fn) {
   if (!pass_callbacks)

@@ -7,6 +7,17 @@
 // AccumulateGrad has received every contribution of this pass (AccumulateGrad runs before
 // any other ready node), and queue_callback() runs after the whole pass. The DDP reducer
 // launches a bucket's allreduce from the first and waits for all of them in the second.
+//
+// Note [Gradient buffers]: a leaf may name the memory its gradient is to live in
+// (set_grad_buffer; the DDP reducer names each parameter's view of its bucket). When a
+// backward pass starts with the leaf's .grad none, the gradient lands in that buffer and
+// .grad becomes it: a node whose gradient goes straight to the leaf's AccumulateGrad, as the
+// only contribution of the pass, offers the buffer to its backward rule (new_input_grad),
+// and a rule that computes into it (conv2d, batch_norm, linear) leaves nothing to copy; any
+// other gradient is copied in once by AccumulateGrad (counted by grad_buffer_copy_bytes).
+// A .grad already there (zero_grad(set_to_none=false), or gradient accumulation) is added
+// into in place, as without a buffer. A gradient kept from an earlier pass (a handle on the
+// buffer) is overwritten by the next pass that starts from none: clone it to keep it.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +80,16 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 
 // During a backward pass: run fn once the pass has finished (see Note [Gradient-ready hooks]).
 void queue_callback(std::function<void()> fn);
+
+// Note [Gradient buffers]. buffer: contiguous, of leaf's shape, dtype and device (an
+// undefined tensor removes the leaf's buffer). Throws std::invalid_argument otherwise.
+void set_grad_buffer(const Tensor& leaf, const Tensor& buffer);
+// Inside a backward rule: the tensor to compute the gradient of the node's input `input`
+// into, of `shape`, `dtype` and `device`: the leaf's gradient buffer where Note [Gradient
+// buffers] offers it, else a new contiguous tensor. Return it as that input's gradient.
+Tensor new_input_grad(size_t input, const Shape& shape, DType dtype, Device device);
+// Bytes of gradients AccumulateGrad has copied into gradient buffers, in this process.
+int64_t grad_buffer_copy_bytes();
 
 bool grad_mode_enabled();
 

@@ -305,7 +305,8 @@ namespace {
 // A differentiable copy into `out` (already allocated, same shape). The gradient goes back
 // in src's dtype, on its device, and, for a dense src, in its layout (one kernel): a
 // parameter's gradient keeps the parameter's layout whatever its copies' (PyTorch's
-// gradient layout contract), so that the optimizer's fused step takes it.
+// gradient layout contract), so that the optimizer's fused step takes it, and lands in its
+// gradient buffer where offered (Note [Gradient buffers]: an autocast cast's backward).
 Tensor copy_into(const Tensor& src, Tensor out, const char* name) {
   {
     NoGradGuard no_grad;
@@ -314,10 +315,9 @@ Tensor copy_into(const Tensor& src, Tensor out, const char* name) {
   if (grad_needed({src}))
     record(name, {src}, out, [dtype = src.dtype(), device = src.device(), contiguous = src.is_contiguous(),
                               cl = src.is_channels_last() && !src.is_contiguous()](const Tensor& g) {
-      const bool in_layout = (contiguous && g.is_contiguous()) || (cl && g.is_channels_last());
-      if (g.device() != device || in_layout || (!contiguous && !cl))
-        return std::vector<Tensor>{g.to(dtype).to(device)};
-      Tensor r = cl ? empty_channels_last(g.shape(), dtype, device) : empty(g.shape(), dtype, device);
+      if (g.device() != device || (!contiguous && !cl)) return std::vector<Tensor>{g.to(dtype).to(device)};
+      if (g.dtype() == dtype && (contiguous ? g.is_contiguous() : g.is_channels_last())) return std::vector<Tensor>{g};
+      Tensor r = cl ? empty_channels_last(g.shape(), dtype, device) : new_input_grad(0, g.shape(), dtype, device);
       NoGradGuard no_grad;
       r.copy_(g);
       return std::vector<Tensor>{r};

@@ -30,6 +30,9 @@ struct AutogradMeta {
   uint32_t output_nr = 0;               // which output of grad_fn
   std::weak_ptr<Node> grad_accumulator; // a leaf's AccumulateGrad, alive while a graph uses it
   std::vector<GradHook> post_accumulate_hooks;
+  // A leaf's: where backward puts its gradient when .grad is none (Note [Gradient buffers]
+  // in autograd.h); null: a fresh tensor.
+  std::shared_ptr<Tensor> grad_buffer;
 };
 
 struct TensorImpl {

@@ -22,7 +22,8 @@ enum class UnaryOp : uint8_t { neg, exp, log, sqrt, relu, abs, sigmoid, tanh };
 enum class BinaryOp : uint8_t {
   add, sub, mul, div, pow, maximum, minimum,
   eq, ne, lt, le, gt, ge,   // 1 where true, 0 where false, in the operands' dtype
-  relu_backward,            // out = b > 0 ? a : 0   (a: incoming gradient, b: relu input)
+  relu_backward,            // out = b <= 0 ? 0 : a  (a: incoming gradient, b: relu output;
+                            // a NaN b passes a, as PyTorch's threshold_backward)
 };
 enum class ReduceOp : uint8_t { sum, mean, max, min, argmax };
 
@@ -193,6 +194,10 @@ const Backend* cuda_backend();
 // Thread count used by the CPU kernels (oneDNN/OpenMP and own loops) for the process.
 void set_num_threads(int n);
 int num_threads();
+// Restricts the calling thread and the CPU kernels' threads to `cpus` (sched_setaffinity's
+// numbering, non-empty), e.g. to keep a core for a communication thread. Throws
+// std::invalid_argument naming the CPUs the kernel refused.
+void set_compute_cpus(const std::vector<int>& cpus);
 
 // How the CPU backend computes convolutions, for the process. automatic: oneDNN chooses
 // per shape, Winograd F(4x4, 3x3) for 3x3 stride-1 layers where it estimates that faster

@@ -31,10 +31,11 @@ inline Result run_train(const std::string& args) {
   return run_command(std::string(RINGFLOW_TRAIN) + " " + args);
 }
 
-// Under `mpiexec -n ranks`, one thread per rank.
+// Under `mpiexec -n ranks`, one thread per rank (the ranks inherit the launcher's
+// environment on this node, under Hydra and Open MPI's mpirun alike).
 inline Result run_train_mpi(int ranks, const std::string& args) {
-  return run_command(std::string(RINGFLOW_MPIEXEC) + " -n " + std::to_string(ranks) +
-                     " -genv OMP_NUM_THREADS 1 " + RINGFLOW_TRAIN + " --threads 1 " + args);
+  return run_command("OMP_NUM_THREADS=1 " + std::string(RINGFLOW_MPIEXEC) + " -n " +
+                     std::to_string(ranks) + " " + RINGFLOW_TRAIN + " --threads 1 " + args);
 }
 
 inline size_t count(const std::string& text, const std::string& part) {

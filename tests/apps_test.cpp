@@ -118,8 +118,8 @@ TEST_CASE("train under mpiexec -n 2: every strategy, one printer, the same train
     // The epoch's table: mean and max over the ranks.
     CHECK(contains(r.output, "per iteration, 2 ranks"));
     for (const char* row : {"data wait", "forward", "backward compute", "comm wait (exposed)",
-                            "optimizer", "comm total (comm thread)", "sent", "received",
-                            "overlap (1 - exposed/total)"})
+                            "optimizer", "comm total (comm thread)", "comm thread cpu", "sent",
+                            "received", "overlap (1 - exposed/total)"})
       CHECK(count(r.output, std::string("\n  ") + row + " ") == 1);
     losses.push_back(field(r.output, "Iteration [10/10], Loss: "));
     // The metrics: the iteration lines carry every rank's figures too (mean and max).
@@ -131,13 +131,15 @@ TEST_CASE("train under mpiexec -n 2: every strategy, one printer, the same train
       if (j["type"] == "header") continue;  // train_flags_test checks it
       CHECK(j["ranks"] == 2);
       for (const char* key : {"data_ms", "forward_ms", "backward_ms", "comm_ms", "optimizer_ms",
-                              "comm_total_ms", "bytes_sent", "bytes_received", "overlap"}) {
+                              "comm_total_ms", "comm_cpu_ms", "bytes_sent", "bytes_received",
+                              "overlap"}) {
         CAPTURE(key);
         REQUIRE(j.contains(key));
         REQUIRE(j.contains(std::string("max_") + key));
         CHECK(j[std::string("max_") + key].get<double>() >= j[key].get<double>() * (1 - 1e-12));
       }
       CHECK(j["bytes_sent"].get<double>() > 0);
+      CHECK(j["comm_cpu_ms"].get<double>() > 0);  // the communication thread's CPU clock, read
       const std::string step = j["type"] == "epoch" ? "ms_per_iteration" : "step_ms";
       CHECK(j["max_" + step].get<double>() >= j[step].get<double>() * (1 - 1e-12));
       iterations += j["type"] == "iteration";
@@ -208,7 +210,7 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--no-such-flag", "--no-such-flag"},
       {"--batch-size 100000", "--batch-size 100000 exceeds the 60000 training images"},
       {"--model bogus", "--model: bogus not in {"},
-      {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic}"},
+      {"--dataset imagenet", "--dataset: imagenet not in {fashion-mnist,cifar10,synthetic,imagefolder,shards}"},
       {"--model resnet18_cifar", "takes images of shape (3, 32, 32), but the training set of --dataset fashion-mnist has (1, 28, 28)"},
       {"--checkpoint /nonexistent/dir/c.safetensors", "--checkpoint /nonexistent/dir/c.safetensors: the folder /nonexistent/dir does not exist"},
       {"--metrics /nonexistent/m.json", "--metrics /nonexistent/m.json: the folder /nonexistent does not exist"},
@@ -229,6 +231,10 @@ TEST_CASE("bad flags name the flag and the problem") {
       {"--sync fedavg --partition dirichlet:-1", "dirichlet:ALPHA"},
       {"--bucket-cap-mb fast", "--bucket-cap-mb: 'fast' is neither a number >= 0 nor auto"},
       {"--bucket-cap-mb -1", "--bucket-cap-mb: '-1' is neither a number >= 0 nor auto"},
+      {"--comm-hook fp16", "--comm-hook fp16 applies to --sync ddp, not --sync none"},
+      {"--sync allreduce --comm-hook fp16", "--comm-hook fp16 applies to --sync ddp, not --sync allreduce"},
+      {"--sync gather-scatter --comm-hook noop", "--comm-hook noop applies to --sync ddp and allreduce"},
+      {"--comm-thread-cpu 1.5", "--comm-thread-cpu: expected auto, none or a CPU number, got '1.5'"},
       // ~100 MiB per 224x224 image: more than any host has, refused before the first step.
       {"--model resnet50 --dataset synthetic --batch-size 10000",
        "--batch-size 10000: a training step of resnet50 needs up to about"},
@@ -381,7 +387,8 @@ TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spa
   const std::string common = " --model mlp --dataset synthetic --epochs 1 --max-iters 3 ";
   SUBCASE("ddp on 2 ranks: one file per rank, a span per bucket and iteration") {
     const std::string path = temp_path("trace.json");
-    // 0.25 MiB buckets: the mlp's fc1.weight (0.8 MB) alone, the rest (0.14 MB) in another.
+    // 0.25 MiB buckets, in the order the gradients come (each layer's weight, then its
+    // bias): fc3's and fc2's (0.14 MB), fc1.weight (0.8 MB) alone, fc1.bias.
     const Result r = run_train_mpi(2, "--sync ddp --bucket-cap-mb 0.25 --trace " + path + common);
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -389,7 +396,7 @@ TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spa
     for (int rank = 0; rank < 2; ++rank) {
       const std::string file = temp_path("trace.rank" + std::to_string(rank) + ".json");
       REQUIRE(std::filesystem::exists(file));
-      const std::vector<Span> comm = check_trace(file, rank, kIters, /*buckets=*/2);
+      const std::vector<Span> comm = check_trace(file, rank, kIters, /*buckets=*/3);
       std::map<int, int> per_bucket;
       for (const Span& s : comm) {
         CHECK(starts_with(s.name, "allreduce bucket "));
@@ -397,7 +404,7 @@ TEST_CASE("train --trace: a Chrome trace per rank, compute and communication spa
         CHECK(s.args["bytes"].get<int64_t>() > 0);
         CHECK(s.args["sent"].get<int64_t>() == s.args["bytes"].get<int64_t>());  // 2 ranks
       }
-      CHECK(per_bucket == std::map<int, int>{{0, kIters}, {1, kIters}});
+      CHECK(per_bucket == std::map<int, int>{{0, kIters}, {1, kIters}, {2, kIters}});
       std::filesystem::remove(file);
     }
   }

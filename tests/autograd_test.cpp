@@ -1,6 +1,7 @@
 // Autograd semantics: diamonds, reuse, accumulation across backward calls, hooks and the
-// end-of-backward callback, freed graphs, no_grad and detach. Expected gradients are the
-// closed forms of the expressions (d/dx of x*x is 2x, ...), evaluated by the test.
+// end-of-backward callback, freed graphs, no_grad and detach, gradient buffers. Expected
+// gradients are the closed forms of the expressions (d/dx of x*x is 2x, ...), evaluated by
+// the test, or the same network's gradients computed without buffers.
 #include "ringflow/tests/testing.h"
 
 using namespace ringflow;
@@ -117,4 +118,94 @@ TEST_CASE("requires_grad is refused on integer tensors and non-leaves") {
   Tensor x = param({2}, 15);
   Tensor y = mul(x, 2.0);
   CHECK_THROWS_AS(y.requires_grad_(false), std::invalid_argument);
+}
+
+// Note [Gradient buffers]: a conv2d, batch_norm and linear network in f32 whose parameters'
+// gradient buffers are views of one flat tensor, against the same network without buffers.
+namespace {
+
+struct Net {
+  std::vector<Tensor> p;  // conv w, conv b, bn w, bn b, linear w, linear b
+
+  Net() {
+    const std::vector<Shape> shapes{{4, 3, 3, 3}, {4}, {4}, {4}, {5, 144}, {5}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      p.push_back(ringflow::testing::seeded(shapes[i], 20 + i, DType::f32));
+      p.back().requires_grad_();
+    }
+  }
+  Tensor loss() const {
+    const Tensor x = ringflow::testing::seeded({2, 3, 6, 6}, 30, DType::f32);
+    Tensor h = conv2d(x, p[0], p[1], conv2d_params({1, 1}, {1, 1}));  // (2, 4, 6, 6)
+    h = relu(batch_norm(h, Tensor(), Tensor(), p[2], p[3], /*training=*/true));
+    const Tensor y = linear(flatten(h, 1), p[4], p[5]);  // (2, 5)
+    return sum(mul(y, y));
+  }
+  // One flat tensor holding every gradient buffer.
+  Tensor give_buffers() const {
+    int64_t total = 0;
+    for (const Tensor& t : p) total += t.numel();
+    Tensor flat = zeros({total});
+    int64_t offset = 0;
+    for (const Tensor& t : p) {
+      set_grad_buffer(t, flat.narrow(0, offset, t.numel()).view(t.shape()));
+      offset += t.numel();
+    }
+    return flat;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gradient buffers: conv2d, batch_norm and linear compute into them, nothing copied") {
+  Net plain, buffered;
+  plain.loss().backward();
+  const Tensor flat = buffered.give_buffers();
+  const int64_t copied = grad_buffer_copy_bytes();
+  for (int pass = 0; pass < 2; ++pass) {  // .grad none each time: the buffers are written over
+    for (const Tensor& t : buffered.p) t.set_grad(Tensor());
+    buffered.loss().backward();
+    CHECK(grad_buffer_copy_bytes() == copied);
+    for (size_t i = 0; i < plain.p.size(); ++i) {
+      CAPTURE(i);
+      CHECK(buffered.p[i].grad().shares_storage(flat));
+      CHECK(all_close(buffered.p[i].grad(), plain.p[i].grad(), 1e-6, 1e-7));
+    }
+  }
+  // A .grad already there is added into, in place.
+  buffered.loss().backward();
+  for (size_t i = 0; i < plain.p.size(); ++i) {
+    CHECK(buffered.p[i].grad().shares_storage(flat));
+    CHECK(all_close(buffered.p[i].grad(), mul(plain.p[i].grad(), 2.0), 1e-6, 1e-7));
+  }
+  CHECK(grad_buffer_copy_bytes() == copied);
+}
+
+TEST_CASE("gradient buffers: a gradient no rule computed there is copied in once, counted") {
+  Tensor w = param({3}, 40), v = param({3}, 41);
+  Tensor wb = zeros({3}, DType::f64), vb = zeros({3}, DType::f64);
+  set_grad_buffer(w, wb);
+  set_grad_buffer(v, vb);
+  const int64_t copied = grad_buffer_copy_bytes();
+  // w twice (two contributions summed before AccumulateGrad), v through an elementwise rule.
+  sum(add(mul(w, w), mul(v, 3.0))).backward();
+  CHECK(grad_buffer_copy_bytes() == copied + 2 * 3 * 8);
+  CHECK(w.grad().shares_storage(wb));
+  CHECK(v.grad().shares_storage(vb));
+  CHECK(all_close(w.grad(), mul(w.detach(), 2.0)));
+  CHECK(all_close(v.grad(), full({3}, 3.0, DType::f64)));
+  set_grad_buffer(w, Tensor());  // no buffer: a fresh gradient again
+  w.set_grad(Tensor());
+  sum(mul(w, w)).backward();
+  CHECK_FALSE(w.grad().shares_storage(wb));
+}
+
+TEST_CASE("gradient buffers: one of another shape, dtype or layout is refused, naming both") {
+  Tensor w = param({2, 3}, 42);
+  CHECK_THROWS_WITH_AS(set_grad_buffer(w, zeros({3, 2}, DType::f64)), doctest::Contains("(3, 2)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(set_grad_buffer(w, zeros({2, 3})), doctest::Contains("f32"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(set_grad_buffer(w, zeros({3, 2}, DType::f64).t()),
+                       doctest::Contains("not contiguous"), std::invalid_argument);
 }

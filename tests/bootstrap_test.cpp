@@ -208,6 +208,34 @@ TEST_CASE("launch: bad values are named") {
                        std::invalid_argument);
 }
 
+TEST_CASE("launch: an MPI launcher's variables, Open MPI's before the PMI ones") {
+  auto ompi = mpi_launch(env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                              {"PMIX_RANK", "3"}}));
+  REQUIRE(ompi.has_value());
+  CHECK(ompi->rank == 3);
+  CHECK(ompi->size == 4);
+  CHECK(ompi->local_rank == 1);
+  CHECK(ompi->local_size == 2);
+  CHECK(std::string(ompi->source).find("Open MPI") != std::string::npos);
+  auto hydra = mpi_launch(env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"},
+                               {"MPI_LOCALNRANKS", "1"}}));
+  REQUIRE(hydra.has_value());
+  CHECK(hydra->rank == 1);
+  CHECK(hydra->size == 2);
+  CHECK(hydra->local_rank == 0);
+  CHECK(hydra->local_size == 1);
+  auto pmix = mpi_launch(env({{"PMIX_RANK", "5"}}));
+  REQUIRE(pmix.has_value());
+  CHECK(pmix->rank == 5);
+  CHECK(pmix->size == -1);
+  CHECK(pmix->local_rank == -1);
+  CHECK_FALSE(mpi_launch(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})).has_value());
+  CHECK_THROWS_WITH_AS(mpi_launch(env({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}})),
+                       doctest::Contains("OMPI_COMM_WORLD_RANK='2' is not an integer in 0..1"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("launch: auto picks MPI under an MPI launcher, env under torchrun or Slurm, else MPI") {
   CHECK(resolve_launcher(Launcher::automatic, env({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"},
                                                    {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})) ==
@@ -215,6 +243,9 @@ TEST_CASE("launch: auto picks MPI under an MPI launcher, env under torchrun or S
   CHECK(resolve_launcher(Launcher::automatic, env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})) == Launcher::env);
   CHECK(resolve_launcher(Launcher::automatic, env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}})) ==
         Launcher::env);
+  CHECK(resolve_launcher(Launcher::automatic, env({{"OMPI_COMM_WORLD_RANK", "0"},
+                                                   {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"},
+                                                   {"WORLD_SIZE", "2"}})) == Launcher::mpi);
   CHECK(resolve_launcher(Launcher::automatic, env({})) == Launcher::mpi);
   CHECK(resolve_launcher(Launcher::mpi, env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})) == Launcher::mpi);
   CHECK_THROWS_WITH_AS(resolve_launcher(Launcher::env, env({})), doctest::Contains("RANK, WORLD_SIZE"),

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench/ddp end to end at CI speed: the mlp, 3 iterations, 2 ranks, every study, under
-plain mpiexec and (where network namespaces can be made) on 2 emulated hosts at 1 Gbit/s.
+"""bench/ddp end to end at CI speed: the mlp, 3 iterations, 2 ranks, every study (overhead
+on one node), under plain mpiexec and (where network namespaces can be made) on 2 emulated
+hosts at 1 Gbit/s.
 Checks that the CSV files and summary.md are written and parse, that every configuration
 ran, and that the bytes the app counted match the closed forms (bytes are deterministic;
 no figure of time decides anything here).
@@ -23,7 +24,7 @@ def main(bench, train):
             print("FAIL:", what)
 
     with tempfile.TemporaryDirectory(prefix="ddp_study_test.") as out:
-        cmd = [bench, "--quick", "--models", "mlp", "--batch", "16", "--iters", "3",
+        cmd = [bench, "--quick", "--study", "strategies,buckets,scaling,overhead", "--models", "mlp", "--batch", "16", "--iters", "3",
                "--warmup", "1", "--ranks", "2", "--nets", "plain,1gbit", "--caps", "0,25",
                "--bucket-net", "plain", "--scaling-ranks", "1,2", "--train", train,
                "--timeout", "120", "--out", out]
@@ -40,7 +41,8 @@ def main(bench, train):
                      "mlp, mpiexec -n 2: ddp takes",
                      "the time of ddp without communication",
                      "mlp, mpiexec -n 2: ddp's iteration takes",
-                     "allreduce-after-backward's"):
+                     "allreduce-after-backward's", "## What DDP costs beside the wire",
+                     "with the noop hook ddp's iteration is"):
             check(part in summary, f"summary.md lacks '{part}'")
 
         def rows(name):
@@ -70,6 +72,17 @@ def main(bench, train):
               [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], "scaling.csv rows")
         for r in scaling:
             check(float(r["images_per_s"]) > 0 and float(r["efficiency"]) > 0, "scaling figures")
+        overhead = rows("overhead.csv")
+        check(sorted((r["strategy"], r["bucket_cap_mb"]) for r in overhead) ==
+              [("allreduce", ""), ("allreduce-noop", ""), ("ddp", "0"), ("ddp", "25"),
+               ("ddp-noop", "25"), ("none", "")], "overhead.csv rows")
+        for r in overhead:
+            what = f"overhead {r['strategy']} {r['bucket_cap_mb']}"
+            noop = r["strategy"] in ("none", "allreduce-noop", "ddp-noop")
+            check((float(r["bytes_sent"]) == 0) == noop, f"{what}: bytes sent {r['bytes_sent']}")
+            if not noop:  # the communication thread's CPU clock was read
+                check(float(r["comm_cpu_ms"]) > 0, f"{what}: comm thread cpu {r['comm_cpu_ms']}")
+                check(r["compute_slowdown"] != "" and r["x_allreduce"] != "", f"{what}: ratios")
         if "Plots: not drawn" not in summary:
             for png in ("strategies-mlp.png", "buckets.png", "scaling.png"):
                 check(os.path.getsize(os.path.join(out, png)) > 0, f"{png} missing")

@@ -6,7 +6,9 @@ MPI's own allreduce (which reports nothing of a dead peer: PeerWatch's liveness 
 with the default mpiexec and with -disable-auto-cleanup, both survivors name rank 2, its
 process and host, and the collective, and the run ends non-zero within 10 s.
 Then rank 2's host is cut from the network instead: the survivors name it unreachable
-(keepalive) within 10 s. Exit 77 (skipped) where bench/cluster cannot make namespaces.
+(keepalive) within 10 s. Then rank 2 is stopped (SIGSTOP) instead (issue 31): over MPI's
+allreduce with --comm-timeout 4, the run ends within 14 s, both survivors naming rank 2 as
+the rank that did not arrive. Exit 77 (skipped) where bench/cluster cannot make namespaces.
 
 usage: dead_rank_test.py CLUSTER TRAIN"""
 import os
@@ -29,14 +31,14 @@ def check(ok, what):
         failures.append(what)
 
 
-def run(sync_args, cleanup, fault):
+def run(sync_args, cleanup, fault, comm_timeout=120, limit=LIMIT):
     """Starts the run, applies fault(host_of_rank_2, pid_of_rank_2) once training is under
-    way, and returns (exit status or None if still running at LIMIT, seconds, output after
+    way, and returns (exit status or None if still running at limit, seconds, output after
     the fault, pid, host)."""
     flags = [] if cleanup else ["--mpiexec-flag", "-disable-auto-cleanup"]
     cmd = [cluster, "--hosts", "3", "--rate", "none", "--skip-code", "77", *flags, "--", train,
            "--epochs", "1", "--threads", "1", "--eval-every", "0", "--log-every", "1",
-           "--comm-timeout", "120", *sync_args]
+           "--comm-timeout", str(comm_timeout), *sync_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     seen, table = until_training(proc)
@@ -54,12 +56,16 @@ def run(sync_args, cleanup, fault):
     fault(host, pid)
     reader.start()
     try:
-        status = proc.wait(timeout=LIMIT)
+        status = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         status = None
     took = time.monotonic() - faulted_at
     if status is None:  # tear the cluster down (its trap ends every rank)
         os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            os.kill(pid, signal.SIGKILL)  # a stopped rank would wait for SIGTERM for ever
+        except ProcessLookupError:
+            pass
         proc.wait(timeout=60)
     reader.join(timeout=10)
     return status, took, "".join(lines), pid, host
@@ -97,6 +103,18 @@ for r in (0, 1):
     ok = any(f"failed on rank {r}" in l for l in named)
     check(ok, f"{what}: rank {r} names rank 2 unreachable within {LIMIT:.0f} s"
           + ("" if ok else f": {out.strip()[-600:]!r}"))
+
+STALL_TIMEOUT = 4  # --comm-timeout of the stalled run, seconds
+status, took, out, pid, host = run(SYNCS["MPI_Iallreduce"], cleanup=True, comm_timeout=STALL_TIMEOUT,
+                                   limit=STALL_TIMEOUT + 10.0,
+                                   fault=lambda host, pid: os.kill(pid, signal.SIGSTOP))
+what = "MPI_Iallreduce, rank 2 stopped"
+print(f"     {what}: exit {status} {took:.2f} s after the stop")
+check(status not in (None, 0), f"{what}: the run ends non-zero within {STALL_TIMEOUT + 10} s")
+for r in (0, 1):
+    said = [l for l in out.splitlines() if f"on rank {r}" in l and "allreduce #" in l]
+    check(any(f"rank 2 (process {pid} on {host}) did not arrive" in l for l in said),
+          f"{what}: rank {r} names rank 2, its host and the collective: {said!r}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

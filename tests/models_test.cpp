@@ -1,13 +1,16 @@
 // models/: every registered model's parameter count and state_dict (keys, shapes, dtypes,
 // buffers, order) against the reference PyTorch definitions, as written to
-// tests/fixtures/models.json by tests/fixtures/make_models.py; output shapes of forwards.
+// tests/fixtures/models.json by tests/fixtures/make_models.py; output shapes of forwards;
+// backward into gradient buffers without a copy.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/models/inception.h"
 #include "ringflow/models/registry.h"
 #include "ringflow/tests/testing.h"
@@ -115,6 +118,49 @@ TEST_CASE("a backward through a CIFAR ResNet reaches every parameter") {
                               from_vector({3, 7}, {2}, DType::i64));
   loss.backward();
   for (const auto& [name, p] : model->named_parameters()) CHECK_MESSAGE(p.grad().defined(), name);
+}
+
+// Note [Gradient buffers] (framework/autograd.h), DDP's buckets: every parameter of these
+// models is of a conv2d, batch_norm or linear, whose backward computes into the buffer. One
+// of each family (the deeper ones are made of the same layers). Under autocast the 16-bit
+// casts' backward copies each gradient into its buffer, as the f32 gradient it makes anyway;
+// on the CUDA table (run on the host) the fused batch norm + relu computes into it too.
+static void check_grad_buffers(bool amp) {
+  for (const std::string name : {"mlp", "small_cnn", "vgg11_cifar", "resnet18_cifar"}) {
+    CAPTURE(name);
+    CAPTURE(amp);
+    Generator gen(3);
+    models::ModelOptions options;
+    options.gen = &gen;
+    const nn::ModulePtr model = models::make_model(name, 0, options);
+    const std::vector<Tensor> params = model->parameters();
+    Tensor flat = zeros({model->num_parameters()});
+    int64_t offset = 0;
+    for (const Tensor& p : params) {
+      set_grad_buffer(p, flat.narrow(0, offset, p.numel()).view(p.shape()));
+      offset += p.numel();
+    }
+    const int64_t copied = grad_buffer_copy_bytes();
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> autocast;
+      if (amp) autocast.emplace(DType::bf16);
+      loss = cross_entropy(model->forward(input_for(name, 2, gen)), from_vector({3, 7}, {2}, DType::i64));
+    }
+    loss.backward();
+    CHECK(grad_buffer_copy_bytes() == copied);
+    for (const auto& [pname, p] : model->named_parameters())
+      CHECK_MESSAGE(p.grad().shares_storage(flat), pname);
+  }
+}
+
+TEST_CASE("mlp, small_cnn, VGG, ResNet: backward computes every gradient into its buffer, no copy") {
+  SUBCASE("f32") { check_grad_buffers(/*amp=*/false); }
+  SUBCASE("autocast bf16") { check_grad_buffers(/*amp=*/true); }
+  SUBCASE("f32 on the CUDA table run on the host") {
+    const KernelTableGuard table(simt_host_backend());
+    check_grad_buffers(/*amp=*/false);
+  }
 }
 
 TEST_CASE("ImageNet models at their input size (batch 1, eval)") {

@@ -11,8 +11,8 @@
 //
 // Skipped cases are skipped by doctest (counted as skipped), and a listener prints
 // "SKIP: <case>: <reason>" for each. The decision is taken before main, from the CUDA
-// device count and Hydra's MPI_LOCALNRANKS (ranks on this host), so that every rank
-// skips the same cases.
+// device count and the launcher's count of ranks on this host (comm::mpi_launch), so that
+// every rank skips the same cases.
 #include <doctest/doctest.h>
 #include <nccl.h>
 
@@ -20,10 +20,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/group/device_choice.h"
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/nccl_detail.h"
@@ -46,7 +48,7 @@ const CudaStatus& cuda_status() {
   static const CudaStatus status = [] {
     CudaStatus s;
     s.count = cuda_device_count(&s.why);
-    if (const char* n = std::getenv("MPI_LOCALNRANKS")) s.local_ranks = std::max(1, std::atoi(n));
+    if (const std::optional<MpiLaunch> l = mpi_launch()) s.local_ranks = std::max(1, l->local_size);
     return s;
   }();
   return status;
@@ -134,8 +136,8 @@ std::string tag(const std::string& what, DType d, int64_t count) {
 
 // This rank's GPU when ranks may share one (the MPI group's staging).
 Device my_gpu() {
-  const char* local = std::getenv("MPI_LOCALRANKID");  // Hydra's
-  return Device::cuda(device_for_local_rank(local ? std::atoi(local) : 0, cuda_status().count));
+  const std::optional<MpiLaunch> l = mpi_launch();
+  return Device::cuda(device_for_local_rank(l ? std::max(0, l->local_rank) : 0, cuda_status().count));
 }
 
 // Every collective of `pg` on every dtype against closed forms, issued back to back and

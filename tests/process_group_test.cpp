@@ -4,7 +4,8 @@
 // (rank r contributes (r+1) * k_i with k_i = 1 + i % 3, so allreduce-sum gives
 // n(n+1)/2 * k_i), counts 0, 1, n+1 and a prime; every allreduce algorithm against MPI's
 // own result on random data; the async contract (Works complete in issue order, wait with
-// a timeout); checking mode reporting a count mismatch; argument errors.
+// a timeout); checking mode reporting a count mismatch; argument errors; the communication
+// thread's CPU clock and placement.
 // Collectives are issued back to back and waited for together: with more ranks than
 // cores each one is slow (docs/allreduce.md), so the 5-rank run stays at a few dozen
 // waits' worth.
@@ -13,12 +14,16 @@
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/base/build_info.h"
+#include "ringflow/comm/base/cpu_affinity.h"
+#include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"
 #include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/transport_process_group.h"
@@ -61,18 +66,21 @@ bool over_tcp_bootstrap() {
 }
 
 // The group under test, checking mode on. Over the TCP bootstrap the rank and size come
-// from the launcher's environment (Hydra's PMI_RANK, PMI_SIZE), the rendezvous from
-// MASTER_ADDR / MASTER_PORT, as a program started without mpiexec would have them.
+// from the MPI launcher's environment (comm::mpi_launch: Hydra's PMI_RANK, PMI_SIZE or Open
+// MPI's OMPI_COMM_WORLD_RANK, _SIZE), the rendezvous from MASTER_ADDR / MASTER_PORT, as a
+// program started without mpiexec would have them.
 std::unique_ptr<QueuedProcessGroup> make_group(bool shared_memory = true) {
   if (!over_tcp_bootstrap()) {
     MpiProcessGroupOptions o = checking();
     o.shared_memory = shared_memory;
     return std::make_unique<MpiProcessGroup>(MPI_COMM_WORLD, o);
   }
+  const std::optional<MpiLaunch> launch = mpi_launch();
+  REQUIRE_MESSAGE((launch && launch->size > 0), "no MPI launcher's rank and size in the environment");
   TcpBootstrap bootstrap({.master_addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1",
                           .master_port = env_int("MASTER_PORT"),
-                          .rank = env_int("PMI_RANK"),
-                          .size = env_int("PMI_SIZE"),
+                          .rank = launch->rank,
+                          .size = launch->size,
                           .timeout = std::chrono::seconds(60)});
   TransportProcessGroupOptions o;
   o.checking = true;
@@ -125,6 +133,26 @@ std::string tag(const char* what, DType d, int64_t count) {
 }
 
 }  // namespace
+
+TEST_CASE("the launcher's environment gives each rank its place as MPI has it") {
+  const std::optional<MpiLaunch> launch = mpi_launch();
+  REQUIRE_MESSAGE(launch.has_value(), "no MPI launcher's variables: run under mpiexec");
+  int rank = -1, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CHECK(launch->rank == rank);
+  CHECK(launch->size == size);
+  // The tests' mpiexec starts every rank on this node.
+  CHECK(launch->local_rank == rank);
+  CHECK(launch->local_size == size);
+  // The MPI the build chose (-Dmpi, build_info's "mpich 4.0.2" or "openmpi 4.1.4") is the
+  // library loaded, and the launcher is its own.
+  const std::string built = build_info().mpi, library = mpi_library_version();
+  const bool mpich = built.rfind("mpich ", 0) == 0;
+  CHECK_MESSAGE((mpich || built.rfind("openmpi ", 0) == 0), built);
+  CHECK_MESSAGE(library.find(mpich ? "MPICH" : "Open MPI") != std::string::npos, library);
+  CHECK(std::string(launch->source).find(mpich ? "PMI" : "Open MPI") != std::string::npos);
+}
 
 TEST_CASE("Work: wait, wait with timeout, error, completion") {
   Work work("allreduce #7 (f32, 3 elements)");
@@ -414,6 +442,24 @@ TEST_CASE("send and recv around a ring") {
     CHECK_THROWS_WITH_AS(pg.barrier(opts())->wait(), doctest::Contains("unusable since"),
                          CommError);
   }
+}
+
+TEST_CASE("the communication thread: its CPU time read from another thread; placed on a CPU") {
+  auto group = make_group();
+  QueuedProcessGroup& pg = *group;
+  const std::chrono::nanoseconds before = pg.comm_thread_cpu_time();
+  Tensor t = full({1 << 18}, 1.0, DType::f32);
+  for (int k = 0; k < 4; ++k) pg.allreduce(t, opts(ReduceOp::sum, Algorithm::ring))->wait();
+  CHECK(pg.comm_thread_cpu_time() > before);
+  const std::vector<int> cpus = allowed_cpus();
+  pg.set_comm_thread_cpus({cpus.back()});
+  CHECK(pg.comm_thread_cpus() == std::vector<int>{cpus.back()});
+  pg.allreduce(t, opts(ReduceOp::sum, Algorithm::ring))->wait();
+  CHECK(t.to_vector<double>()[0] == std::pow(pg.size(), 5));
+  CHECK_THROWS_WITH_AS(pg.set_comm_thread_cpus({CPU_SETSIZE}), doctest::Contains("not a CPU number"),
+                       std::invalid_argument);
+  pg.set_comm_thread_cpus(cpus);
+  CHECK(pg.comm_thread_cpus() == cpus);
 }
 
 TEST_CASE("async: outstanding Works complete in issue order; wait with a timeout") {

@@ -27,7 +27,9 @@ inline SafetensorsFile load_torch_fixture(const std::string& name, const std::st
 // relative for the larger values of a tensor; the smaller ones are judged against a tenth
 // of the largest (or `floor`), as in f32 a sum whose terms cancel keeps the absolute error
 // of its terms (a weight gradient of 1e-3 among gradients of 1 is good to ~1e-7, not 1e-10),
-// and a gradient that is 0 in exact arithmetic is rounding noise.
+// and a gradient that is 0 in exact arithmetic is rounding noise. Non-finite values must
+// be the same: NaN where PyTorch has NaN, inf of the same sign where it has inf (the error
+// is then 0, else infinite); the scale is taken over the finite ones.
 constexpr double kScaleFraction = 0.1;
 
 struct Deviation {
@@ -39,11 +41,16 @@ struct Deviation {
 inline Deviation deviation(const Tensor& got, const Tensor& want, double floor) {
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
   double scale = floor;
-  for (double v : w) scale = std::max(scale, kScaleFraction * std::fabs(v));
+  for (double v : w)
+    if (std::isfinite(v)) scale = std::max(scale, kScaleFraction * std::fabs(v));
   Deviation d;
   for (size_t i = 0; i < g.size() && i < w.size(); ++i) {
-    double e = std::fabs(g[i] - w[i]) / std::max(std::fabs(w[i]), scale);
-    if (std::isnan(e)) e = std::isnan(g[i]) && std::isnan(w[i]) ? 0 : INFINITY;
+    double e = 0;
+    if (std::isfinite(g[i]) && std::isfinite(w[i])) {
+      e = std::fabs(g[i] - w[i]) / std::max(std::fabs(w[i]), scale);
+    } else if (!(std::isnan(g[i]) && std::isnan(w[i])) && g[i] != w[i]) {
+      e = INFINITY;
+    }
     if (d.worst < 0 || e > d.max_error) d = {e, static_cast<int64_t>(i), g[i], w[i]};
   }
   return d;

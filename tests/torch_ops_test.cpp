@@ -7,12 +7,17 @@
 // stored one ("d<input>", for the stored upstream gradient "g") and every input updated in
 // place ("<input>_after") must match: within 1e-4 on the cpu kernels in f32, within 1e-10
 // on the reference kernels in f64 (see Deviation in torch_compare.h for "within").
+// tests/fixtures/nonfinite.safetensors (make_nonfinite.py) feeds NaN, inf and -inf to every
+// op and optimizer step; its cases run on the CUDA kernels' host-run bodies too, and must
+// give NaN where PyTorch gives NaN and the same inf where it gives inf.
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
+#include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
@@ -107,6 +112,30 @@ Tensor batch_norm_case(Case& c, bool training) {
                     c.param("momentum", 0.1), c.params().at("eps").get<double>());
 }
 
+// The parameter "p" after params "steps" optimizer steps, each taking gradient "grad<k>".
+Tensor optimizer_case(Case& c, const std::string& kind) {
+  Tensor p = c.in("p");
+  p.requires_grad_();
+  std::unique_ptr<optim::Optimizer> opt;
+  if (kind == "sgd") {
+    opt = std::make_unique<optim::SGD>(
+        std::vector<Tensor>{p},
+        optim::SGDOptions{.lr = c.param("lr", 0.0), .momentum = c.param("momentum", 0.0),
+                          .weight_decay = c.param("weight_decay", 0.0)});
+  } else {
+    const optim::AdamOptions o{.lr = c.param("lr", 0.0), .beta1 = c.param("beta1", 0.0),
+                               .beta2 = c.param("beta2", 0.0), .eps = c.param("eps", 0.0),
+                               .weight_decay = c.param("weight_decay", 0.0)};
+    if (c.param("decoupled", false)) opt = std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, o);
+    else opt = std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
+  }
+  for (int k = 0; k < c.param("steps", 0); ++k) {
+    p.set_grad(c.in("grad" + std::to_string(k)));
+    opt->step();
+  }
+  return p.detach();
+}
+
 using Runner = std::function<Tensor(Case&)>;
 
 // op -> how ringflow runs it. Ops of the fixtures that have no functional op (kernel-only
@@ -195,6 +224,8 @@ const std::map<std::string, Runner>& runners() {
        [](Case& c) { return nll_loss(c.in("x"), c.in("target"), reduction_of(c)); }},
       {"mse_loss",
        [](Case& c) { return mse_loss(c.in("x"), c.in("target"), reduction_of(c)); }},
+      {"sgd", [](Case& c) { return optimizer_case(c, "sgd"); }},
+      {"adam", [](Case& c) { return optimizer_case(c, "adam"); }},
   };
   return table;
 }
@@ -287,4 +318,20 @@ TEST_CASE("ops of torch_ops.safetensors on the cpu kernels in f32") {
 TEST_CASE("ops of torch_ops.safetensors on the reference kernels in f64") {
   ReferenceKernelsGuard reference;
   run_file("torch_ops.safetensors", "make_torch_ops.py", DType::f64, 1e-10, "reference f64");
+}
+
+// NaN, inf and -inf through every op (issue 31): the same values as PyTorch's, NaN for NaN
+// and inf for inf, on every table that runs CPU tensors, the CUDA kernels' bodies included.
+TEST_CASE("non-finite values through the ops on the reference kernels in f64") {
+  ReferenceKernelsGuard reference;
+  run_file("nonfinite.safetensors", "make_nonfinite.py", DType::f64, 1e-10, "reference f64");
+}
+
+TEST_CASE("non-finite values through the ops on the cpu kernels in f32") {
+  run_file("nonfinite.safetensors", "make_nonfinite.py", DType::f32, 1e-4, "cpu f32");
+}
+
+TEST_CASE("non-finite values through the ops on the CUDA kernels run on the host in f32") {
+  KernelTableGuard simt(simt_host_backend());
+  run_file("nonfinite.safetensors", "make_nonfinite.py", DType::f32, 1e-4, "simt host f32");
 }

@@ -4,8 +4,10 @@ import json
 import os
 import socket
 
-# Every launcher's variables: mpiexec's (Hydra, Open MPI), Slurm's, torchrun's.
-LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_", "TORCHELASTIC_")
+# Every launcher's variables: mpiexec's (Hydra, Open MPI), Slurm's, torchrun's. Open MPI's
+# settings (OMPI_MCA_*, OMPI_ALLOW_RUN_AS_ROOT*) stay, for the tests' mpirun.
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "OMPI_COMM_WORLD_", "SLURM_", "MPI_LOCAL", "HYDRA_",
+                     "TORCHELASTIC_")
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK")
 

@@ -1,4 +1,5 @@
-// Backoff: how a thread waits between two polls of MPI, a shared-memory channel or NCCL.
+// Backoff: how a thread waits between two polls of MPI or NCCL, which have nothing to sleep
+// on (ShmTransport sleeps on a futex, TcpTransport in poll()).
 // MPI moves data only while polled, and a polling thread takes a core: so a process
 // group's communication thread polls hard (spins, then yields) while some thread waits for
 // one of the group's collectives, and sleeps between polls while nobody does, when the

@@ -2,6 +2,17 @@
 
 #include <mpi.h>
 
+// meson.build passes the MPI it chose (-Dmpi) as RINGFLOW_MPI_MPICH or RINGFLOW_MPI_OPENMPI;
+// mpi.h must be that MPI's, or headers and library disagree (e.g. an include path that
+// Debian's alternatives point at the other MPI).
+#if defined(RINGFLOW_MPI_OPENMPI) && !defined(OPEN_MPI)
+#error "-Dmpi=openmpi, but mpi.h is not Open MPI's"
+#elif defined(RINGFLOW_MPI_MPICH) && !defined(MPICH)
+#error "-Dmpi=mpich, but mpi.h is not MPICH's"
+#elif !defined(RINGFLOW_MPI_OPENMPI) && !defined(RINGFLOW_MPI_MPICH)
+#error "meson.build passes RINGFLOW_MPI_MPICH or RINGFLOW_MPI_OPENMPI"
+#endif
+
 namespace ringflow::comm {
 
 std::string mpi_library_version() {

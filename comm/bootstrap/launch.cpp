@@ -69,6 +69,18 @@ std::optional<EnvLaunch> slurm_launch(const Getenv& getenv) {
   return l;
 }
 
+// Each MPI launcher's variables; Open MPI's first, since its mpirun sets PMIX_RANK as well.
+struct MpiLauncherVars {
+  const char *rank, *size, *local_rank, *local_size, *source;
+};
+constexpr MpiLauncherVars kMpiLaunchers[] = {
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", "Open MPI's mpirun (OMPI_COMM_WORLD_RANK, ...)"},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+     "PMI, as MPICH's Hydra sets it (PMI_RANK, PMI_SIZE, ...)"},
+    {"PMIX_RANK", nullptr, nullptr, nullptr, "PMIx (PMIX_RANK)"},
+};
+
 const char* process_getenv(const char* name) { return std::getenv(name); }
 
 }  // namespace
@@ -96,9 +108,29 @@ std::optional<EnvLaunch> env_launch(const Getenv& getenv) {
 
 std::optional<EnvLaunch> env_launch() { return env_launch(process_getenv); }
 
+std::optional<MpiLaunch> mpi_launch(const Getenv& getenv) {
+  for (const MpiLauncherVars& v : kMpiLaunchers) {
+    if (!getenv(v.rank)) continue;
+    // A variable this launcher does not set (nullptr) is not given, as one unset.
+    const auto var = [&](const char* name, int low, int high) {
+      return name ? int_var(getenv, name, low, high) : std::nullopt;
+    };
+    MpiLaunch l;
+    l.source = v.source;
+    l.size = var(v.size, 1, INT_MAX).value_or(-1);
+    const int most = l.size > 0 ? l.size : INT_MAX;
+    l.rank = *var(v.rank, 0, most - 1);
+    l.local_size = var(v.local_size, 1, most).value_or(-1);
+    l.local_rank = var(v.local_rank, 0, (l.local_size > 0 ? l.local_size : most) - 1).value_or(-1);
+    return l;
+  }
+  return std::nullopt;
+}
+
+std::optional<MpiLaunch> mpi_launch() { return mpi_launch(process_getenv); }
+
 Launcher resolve_launcher(Launcher asked, const Getenv& getenv) {
-  const bool mpi_vars = getenv("PMI_RANK") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
-                        getenv("OMPI_COMM_WORLD_SIZE");
+  const bool mpi_vars = mpi_launch(getenv).has_value();
   switch (asked) {
     case Launcher::mpi: return Launcher::mpi;
     case Launcher::env:

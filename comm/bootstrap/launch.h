@@ -47,9 +47,26 @@ using Getenv = std::function<const char*(const char*)>;
 std::optional<EnvLaunch> env_launch(const Getenv& getenv);
 std::optional<EnvLaunch> env_launch();  // from this process's environment
 
-// What `asked` means here: automatic picks MPI when an MPI launcher's variables are there
-// (PMI_RANK, PMI_SIZE, PMIX_RANK, OMPI_COMM_WORLD_SIZE), else env when env_launch finds
-// one, else MPI (a single process). env without the variables throws naming them.
+// A process's place as an MPI launcher gives it, read before MPI is initialised: Open MPI's
+// mpirun sets OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE; MPICH's Hydra (and
+// srun with PMI-2) PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS; a PMIx launcher
+// (srun --mpi=pmix) PMIX_RANK alone. Only MPI itself tells more.
+struct MpiLaunch {
+  int rank = 0;
+  int size = -1;  // -1: not given (PMIx)
+  int local_rank = -1;  // -1: not given
+  int local_size = -1;
+  const char* source = "";  // the launcher and its variables, for messages
+};
+
+// The first of those launchers whose rank variable is set, else nullopt. Throws
+// std::invalid_argument naming a variable whose value is not an integer in range.
+std::optional<MpiLaunch> mpi_launch(const Getenv& getenv);
+std::optional<MpiLaunch> mpi_launch();  // from this process's environment
+
+// What `asked` means here: automatic picks MPI when mpi_launch finds an MPI launcher's
+// variables, else env when env_launch finds one, else MPI (a single process). env without
+// the variables throws naming them.
 Launcher resolve_launcher(Launcher asked, const Getenv& getenv);
 Launcher resolve_launcher(Launcher asked);
 

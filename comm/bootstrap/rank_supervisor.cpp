@@ -1,21 +1,32 @@
+// Note [a killed supervisor]: killed alone (by hand, through the pid Hydra's banner shows,
+// or by the OOM killer), a supervisor makes Hydra SIGKILL the other ranks' process groups at
+// once, before they can report anything; its own rank, whose group leader is gone, is left.
+// That rank learns of the death at once (a parent-death signal, which one thread waits
+// for), says so on stderr and exits 1, so that the job ends with the rank and its
+// supervisor named rather than in silence, and before the rank's own collectives fail
+// blaming the ranks Hydra killed.
 #include "ringflow/comm/bootstrap/rank_supervisor.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "ringflow/comm/base/process.h"
+#include "ringflow/comm/bootstrap/launch.h"
 
 namespace ringflow::comm {
 namespace {
@@ -55,13 +66,20 @@ bool other_ranks_run(pid_t launcher) {
   return false;
 }
 
-// Whether Hydra started ranks on other nodes too (it tells each rank the job's size and
-// its node's); when it does not say, assume so.
+// Whether the launcher started ranks on other nodes too (Hydra and mpirun tell each rank
+// the job's size and its node's); when it does not say, assume so.
 bool ranks_elsewhere() {
-  const char* all = std::getenv("PMI_SIZE");
-  const char* here = std::getenv("MPI_LOCALNRANKS");
-  return !all || !here || std::atoi(all) > std::atoi(here);
+  const std::optional<MpiLaunch> launch = mpi_launch();
+  return !launch || launch->size < 0 || launch->local_size < 0 || launch->size > launch->local_size;
 }
+
+// The launchers that end the job as soon as they reap a rank that failed: Hydra (its PMI
+// socket, PMI_FD) and Open MPI's mpirun.
+bool under_mpiexec() {
+  return (std::getenv("PMI_FD") && std::getenv("PMI_RANK")) || std::getenv("OMPI_COMM_WORLD_RANK");
+}
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 [[noreturn]] void wait_and_exit(pid_t child, pid_t launcher, std::chrono::milliseconds grace,
                                 std::chrono::milliseconds other_nodes) {
@@ -69,6 +87,7 @@ bool ranks_elsewhere() {
   while (::waitpid(child, &status, 0) < 0) {
     if (errno != EINTR) std::_Exit(127);
   }
+  for (int sig : kStopSignals) ::signal(sig, SIG_DFL);  // the rank's pid may be reused now
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) std::_Exit(0);
   const auto ended = Clock::now();
   while (Clock::now() < ended + grace && ::getppid() == launcher && other_ranks_run(launcher)) {
@@ -83,10 +102,26 @@ bool ranks_elsewhere() {
   std::_Exit(128 + WTERMSIG(status));  // a signal whose default is to go on
 }
 
+// The rank's thread that waits for its supervisor's death (Note [a killed supervisor]).
+[[noreturn]] void report_supervisor_death(pid_t supervisor, sigset_t death) {
+  siginfo_t info;
+  while (::sigwaitinfo(&death, &info) < 0 || ::getppid() == supervisor) {
+  }
+  const char* rank = std::getenv("PMI_RANK");
+  char line[256];
+  const int n = std::snprintf(line, sizeof line,
+                              "rank %s (process %d): its supervisor (process %d) has died; the rank "
+                              "ends with it\n",
+                              rank ? rank : "?", static_cast<int>(::getpid()),
+                              static_cast<int>(supervisor));
+  if (n > 0) (void)!::write(STDERR_FILENO, line, std::min(static_cast<size_t>(n), sizeof line - 1));
+  std::_Exit(1);
+}
+
 }  // namespace
 
 bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds other_nodes) {
-  if (!std::getenv("PMI_FD") || !std::getenv("PMI_RANK")) return false;
+  if (!under_mpiexec()) return false;
   if (threads_of_this_process() != 1) return false;
   const pid_t launcher = ::getppid();
   const pid_t supervisor = ::getpid();
@@ -95,12 +130,19 @@ bool supervise_rank(std::chrono::milliseconds grace, std::chrono::milliseconds o
   if (child > 0) {
     g_rank = child;
     ::signal(SIGUSR1, SIG_IGN);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, forward_to_rank);
+    for (int sig : kStopSignals) ::signal(sig, forward_to_rank);
     wait_and_exit(child, launcher, grace, other_nodes);
   }
-  // The rank dies with its supervisor (killed alone, it would leave the rank running).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The rank ends with its supervisor (killed alone, it would leave the rank running). The
+  // signal is blocked before any other thread starts, so that only the watching thread
+  // takes it.
+  sigset_t death;
+  sigemptyset(&death);
+  sigaddset(&death, SIGRTMIN);
+  ::pthread_sigmask(SIG_BLOCK, &death, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGRTMIN);
   if (::getppid() != supervisor) std::_Exit(1);
+  std::thread([supervisor, death] { report_supervisor_death(supervisor, death); }).detach();
   return true;
 }
 

@@ -1,6 +1,7 @@
 // A parent for each rank that mpiexec starts, so that the other ranks live to say which one
-// died: Hydra SIGKILLs a node's ranks the moment one dies of a signal or exits without
-// MPI_Finalize, and a parent that outlives its rank holds both back.
+// died: MPICH's Hydra SIGKILLs a node's ranks the moment one dies of a signal or exits
+// without MPI_Finalize, Open MPI's mpirun kills them all the moment one dies or exits
+// non-zero, and a parent that outlives its rank holds both back.
 #pragma once
 
 #include <chrono>
@@ -15,16 +16,18 @@ constexpr std::chrono::milliseconds kSupervisorGrace{10000};
 // ranks of other nodes hear of the death through their liveness links well within it.
 constexpr std::chrono::milliseconds kOtherNodesGrace{2000};
 
-// Where Hydra started this process (PMI_FD and PMI_RANK set) and only this thread runs
-// (fork copies no other), forks and returns true in the child, which is the rank; else
-// returns false and nothing changed.
+// Where Hydra (PMI_FD and PMI_RANK set) or Open MPI's mpirun (OMPI_COMM_WORLD_RANK set)
+// started this process and only this thread runs (fork copies no other), forks and returns
+// true in the child, which is the rank; else returns false and nothing changed.
 //
-// The parent, the supervisor, never returns. It holds the rank's PMI socket open, passes
-// the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) on to the rank and ignores Hydra's
-// SIGUSR1; the rank dies with it. Once the rank ended, it exits as the rank did: at once
-// when it succeeded, else once no other rank of its node runs (within `grace`), and for a
-// death by signal, where the job has ranks on other nodes, not before `other_nodes` passed
-// since it.
+// The parent, the supervisor, never returns. It holds the launcher's PMI socket open, passes
+// the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) on to the rank while the rank runs
+// (after that they end the supervisor, as when mpirun ends the job) and ignores Hydra's
+// SIGUSR1; the rank dies with it, first saying so on stderr (a thread of the rank waits for
+// its parent's death: Note [a killed supervisor]). Once the rank ended, it exits as the rank
+// did: at once when it succeeded, else once no other rank of its node runs (within `grace`),
+// and for a death by signal, where the job has ranks on other nodes, not before
+// `other_nodes` passed since it.
 bool supervise_rank(std::chrono::milliseconds grace = kSupervisorGrace,
                     std::chrono::milliseconds other_nodes = kOtherNodesGrace);
 

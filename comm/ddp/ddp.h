@@ -6,7 +6,8 @@
 //   auto ddp = DistributedDataParallel(model, pg);     // checks the model, broadcasts rank 0's
 //   Tensor loss = cross_entropy(ddp(x), y);            // training forward: broadcasts buffers
 //   loss.backward();                                   // averaged gradients in .grad
-//   sgd.step(); sgd.zero_grad(/*set_to_none=*/false);  // false: no copy into the buckets
+//   sgd.step(); sgd.zero_grad();                       // the next backward computes into
+//                                                      // the buckets: no copy, no zeroing
 //
 // Construction is collective: every rank must construct it, in the same order relative to
 // its other collectives. It verifies that every rank holds the same parameter and buffer

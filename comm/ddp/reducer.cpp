@@ -5,11 +5,13 @@
 //
 // Gradients as views. Every parameter's .grad is kept as its view into its bucket, so that
 // the reduction runs in place on the buffer and the averaged gradients are in .grad when it
-// completes, with no copy out. AccumulateGrad adds into an existing .grad in place, so when
-// the gradients are zeroed with zero_grad(set_to_none=false) (or accumulate under no_sync)
-// backward writes straight into the buckets. When .grad is undefined (set_to_none=true, the
-// optimizer's default) AccumulateGrad hands over a fresh tensor, and the hook copies it into
-// the view once and points .grad back at the view (PyTorch does the same).
+// completes, with no copy out. Each view is also the parameter's gradient buffer (Note
+// [Gradient buffers] in framework/autograd.h): when .grad is none (zero_grad's default,
+// set_to_none=true) the kernels of conv2d, batch_norm and linear write the gradient straight
+// into the bucket, with no copy in either (PyTorch's gradient_as_bucket_view copies it there
+// once); other gradients are copied in by AccumulateGrad. An existing .grad
+// (zero_grad(set_to_none=false), or accumulation under no_sync) is added into in place, which
+// costs the zeroing and a read of the old values: set_to_none=true is the cheaper way.
 //
 // The iteration. DistributedDataParallel::forward arms the reducer (prepare_for_backward) and
 // wraps the output in an identity node. Backward reaches that node before any parameter's
@@ -34,7 +36,15 @@
 // produces gradients). The first backward records the order the hooks actually fire in; at
 // the end of the first synchronised backward rank 0's order is broadcast (ranks may differ
 // with data-dependent control flow, and they must agree on the buckets) and the buckets are
-// re-assigned from it, once.
+// re-assigned from it, once, as PyTorch's rebuild_buckets does (it skips the rebuild under
+// find_unused_parameters; here unused parameters go last). Unlike PyTorch, that first
+// backward launches nothing while it runs: its buckets are reduced after the rebuild, in
+// the rebuilt buckets. So every synchronised backward reduces in the same buckets, and
+// the sums of a run resumed from a checkpoint (whose first backward rebuilds again, from
+// the same graph) round as the uninterrupted run's did: at 3 ranks and more the ring's
+// order of addition per element depends on where the buckets start. The price is the
+// overlap of one iteration. A bucket that completes while an earlier one still waits is
+// held back (stats().held_back), which the rebuilt order avoids.
 #include "ringflow/comm/ddp/reducer.h"
 
 #include <stdexcept>
@@ -102,6 +112,14 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names,
   build_buckets(assign_buckets(bucket_tensors(params_), order_, caps_));
 }
 
+// A model trained on after its DistributedDataParallel is gone gets fresh gradients again.
+Reducer::~Reducer() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& buffer = params_[i].impl()->meta().grad_buffer;
+    if (buffer && buffer->impl() == views_[i].impl()) set_grad_buffer(params_[i], Tensor());
+  }
+}
+
 void Reducer::set_comm_hook(std::shared_ptr<CommHook> hook) {
   RF_CHECK(!armed_, "set_comm_hook: not between a forward and its backward");
   options_.comm_hook = hook ? std::move(hook) : std::make_shared<AllreduceAverageHook>();
@@ -129,9 +147,11 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> assignment) {
     b.event.index = static_cast<int>(k);
     b.event.bytes = total * static_cast<int64_t>(dtype_size(first.dtype()));
   }
-  // Gradients already there (a model trained before, or the buckets being rebuilt) move in.
+  // Gradients already there (a model trained before, or the buckets being rebuilt) move in;
+  // later ones are computed there (Note [Gradient buffers] in framework/autograd.h).
   NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
+    set_grad_buffer(params_[i], views[i]);
     const Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     views[i].copy_(g);
@@ -149,19 +169,10 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool sync) {
   finalize_queued_ = false;
   ready_.assign(params_.size(), false);
   next_launch_ = 0;
+  deferring_ = sync && options_.rebuild_buckets && !rebuilt_;
   stats_ = {};
   stats_.synchronized = sync;
-  stats_.buckets = static_cast<int>(buckets_.size());
-  for (Bucket& b : buckets_) {
-    b.pending = static_cast<int>(b.params.size());
-    b.reduction = {};
-    CommEvent fresh;
-    fresh.name = b.event.name;
-    fresh.index = b.event.index;
-    fresh.bytes = b.event.bytes;
-    b.event = fresh;
-    stats_.gradient_bytes += b.event.bytes;
-  }
+  reset_buckets();
 
   unreachable_.clear();
   if (sync && options_.find_unused_parameters) {
@@ -195,6 +206,21 @@ Tensor Reducer::prepare_for_backward(const Tensor& output, bool sync) {
            return {grad};
          });
   return wrapped;
+}
+
+void Reducer::reset_buckets() {
+  stats_.buckets = static_cast<int>(buckets_.size());
+  stats_.gradient_bytes = 0;
+  for (Bucket& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.reduction = {};
+    CommEvent fresh;
+    fresh.name = b.event.name;
+    fresh.index = b.event.index;
+    fresh.bytes = b.event.bytes;
+    b.event = fresh;
+    stats_.gradient_bytes += b.event.bytes;
+  }
 }
 
 void Reducer::queue_finalize() {
@@ -257,11 +283,14 @@ void Reducer::mark_ready(size_t i) {
   Bucket& b = buckets_[bucket_of_[i]];
   if (--b.pending == 0) {
     b.event.ready = Clock::now();
+    if (deferring_) return;
+    if (bucket_of_[i] != next_launch_) ++stats_.held_back;
     launch_ready_buckets();
   }
 }
 
 void Reducer::launch_ready_buckets() {
+  if (deferring_) return;
   CollectiveOptions o;
   o.algorithm = options_.algorithm;
   o.timeout = options_.timeout;
@@ -280,6 +309,7 @@ void Reducer::finalize() {
       r->armed_ = false;
       r->finalize_queued_ = false;
       r->recording_order_ = false;
+      r->deferring_ = false;
     }
   } disarm{this};
   if (!sync_) {
@@ -294,6 +324,18 @@ void Reducer::finalize() {
     ++stats_.unused_parameters;
     mark_ready(i);
   }
+  const bool rebuilding = deferring_;
+  if (rebuilding) {  // Note [DDP reducer], "Rebuilding": reduced in the rebuilt buckets
+    rebuild();
+    deferring_ = false;
+    reset_buckets();
+    const auto now = Clock::now();
+    for (Bucket& b : buckets_) {
+      b.pending = 0;
+      b.event.ready = now;
+    }
+    launch_ready_buckets();
+  }
   for (Bucket& b : buckets_) {
     b.reduction.wait();
     b.event.add(*b.reduction.work);
@@ -306,9 +348,7 @@ void Reducer::finalize() {
   }
   stats_.backward_end = Clock::now();
   stats_.wait_ms = ms_between(start, stats_.backward_end);
-  if (options_.rebuild_buckets && !rebuilt_) {
-    rebuild();
-  } else if (tuner_ && !tuner_->done()) {
+  if (!rebuilding && tuner_ && !tuner_->done()) {
     tune(ms_between(stats_.backward_start, stats_.backward_end));
   }
 }

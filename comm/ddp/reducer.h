@@ -1,8 +1,9 @@
 // Reducer: the gradient synchronisation inside DistributedDataParallel (comm/ddp/ddp.h). It keeps
-// every parameter's .grad as a view into a flat bucket buffer, starts a bucket's reduction
-// (a CommHook; the default allreduce-average) as soon as every gradient in it is ready during
-// backward, strictly in bucket order, and waits for all of them when backward ends, leaving
-// the averaged gradients in .grad without a copy. See Note [DDP reducer] in reducer.cpp.
+// every parameter's .grad as a view into a flat bucket buffer, where backward computes it,
+// starts a bucket's reduction (a CommHook; the default allreduce-average) as soon as every
+// gradient in it is ready during backward, strictly in bucket order, and waits for all of
+// them when backward ends, leaving the averaged gradients in .grad without a copy. See
+// Note [DDP reducer] in reducer.cpp.
 //
 // Threading: the reducer runs on the training thread (the autograd hooks and the end-of-
 // backward callback run there); the reductions run on the process group's communication
@@ -31,8 +32,9 @@ struct ReducerOptions {
   // after the first try the tuner's candidates, then keep the fastest.
   bool tune_bucket_caps = false;
   BucketTunerOptions tuner;
-  // After the first synchronised backward, re-bucket in the order the gradients became
-  // ready (rank 0's order, broadcast), as PyTorch's rebuild_buckets.
+  // At the end of the first synchronised backward, re-bucket in the order the gradients
+  // became ready (rank 0's order, broadcast), as PyTorch's rebuild_buckets, and only then
+  // reduce that backward's buckets (Note [DDP reducer], "Rebuilding").
   bool rebuild_buckets = true;
   // Walk the graph after each forward so that buckets holding parameters the output cannot
   // reach start without waiting for the end of backward. Without it such parameters still
@@ -50,6 +52,9 @@ struct ReducerStats {
   int buckets = 0;
   int64_t gradient_bytes = 0;  // payload of the buckets (this rank's gradients)
   int unused_parameters = 0;   // got no gradient: reduced as zeros
+  // Buckets complete before an earlier one, so launched only once it was (0 when the bucket
+  // order is the order the gradients became ready in).
+  int held_back = 0;
   Traffic traffic;             // bytes this rank sent and received for the buckets
   Traffic model;               // ... and what the closed forms say they move
   double comm_ms = 0;          // the communication thread's time on the buckets' collectives
@@ -67,6 +72,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // Gradients already present are copied into the buckets.
   static std::shared_ptr<Reducer> create(std::vector<Tensor> params, std::vector<std::string> names,
                                          std::shared_ptr<ProcessGroup> pg, ReducerOptions options);
+  ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
@@ -102,6 +108,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   void ensure_in_bucket(size_t param);
   void mark_ready(size_t param);
   void launch_ready_buckets();
+  // Every bucket pending again, its event fresh; the stats' bucket count and bytes.
+  void reset_buckets();
   void finalize();
   void rebuild();
   // Re-assigns the buckets for order_ and caps_ (a no-op when nothing changes).
@@ -127,6 +135,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   bool armed_ = false;            // prepare_for_backward ran; finalize has not yet
   bool sync_ = false;
   bool finalize_queued_ = false;
+  bool deferring_ = false;  // the first synchronised backward: nothing launched before the rebuild
   std::vector<bool> ready_;       // per parameter
   size_t next_launch_ = 0;        // buckets before it are launched
   std::vector<size_t> unreachable_;  // find_unused_parameters: the output cannot reach them

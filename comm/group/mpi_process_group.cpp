@@ -5,6 +5,14 @@
 // program initialised MPI itself, it finalises it too, and a group only checks that the
 // thread level is MPI_THREAD_MULTIPLE: the communication thread calls MPI while the
 // caller's threads may as well.
+// After a failure MPI_Finalize would wait for ever for a rank that died or stopped (MPICH
+// finalises in a PMI barrier: measured under bench/cluster, and on one node with a rank
+// stopped by SIGSTOP). So when a group broke, or saw a rank's process exit, MPI is not
+// finalised: a group that initialised MPI instead ends the job with MPI_Abort at exit, so
+// that the launcher stops every rank on every node, the stalled one too (an exit without
+// MPI_Finalize ends only this node's ranks). Before that, the broken group's destructor
+// says goodbye and waits for the other ranks' goodbyes (PeerWatch::wait_for_goodbyes),
+// so that the abort does not kill a rank that is still reporting.
 //
 // Note [timeouts]: the communication thread never blocks in MPI. MPI's collectives are
 // started non-blocking (MPI_Iallreduce, MPI_Ibcast, ...) and polled with MPI_Testsome
@@ -17,7 +25,8 @@
 // communicators are freed, so that no late message can match a later communicator that
 // reuses the context id. Make a new group to go on. In checking mode the fingerprint
 // exchange is point to point, so the ranks whose fingerprint did not arrive are exactly
-// the ranks that did not arrive at the collective: they are named. Without checking mode they are unknown.
+// the ranks that did not arrive at the collective: they are named. Without checking mode the
+// base asks the group's PeerWatch where the others are (Note [liveness links]).
 // Our own allreduce algorithms run through the group's ShmTransport when every rank is on
 // this node, else its TcpTransport, else an MpiTransport, given the same deadline: each
 // names the peer it waited for in vain. Shared memory and TCP leave nothing pending: a
@@ -54,6 +63,7 @@
 #include <vector>
 
 #include "ringflow/comm/algorithms/allreduce.h"
+#include "ringflow/comm/algorithms/collectives.h"
 #include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/base/process.h"
 #include "ringflow/comm/group/collective_kind.h"
@@ -158,16 +168,9 @@ Traffic ring_block_traffic(int64_t m, int64_t esize, int n) {
 
 namespace {
 
-// Set once a group saw a rank's process exit: MPI_Finalize would wait for it for ever
-// (measured under bench/cluster: MPICH's finalize waits in a PMI barrier), so the process
-// exits without it and the launcher reports the missing finalise.
-bool& mpi_waits_for_the_dead() {
-  static bool waits = false;
-  return waits;
-}
-
 struct MpiEnv {
-  bool owned = false;
+  bool owned = false;       // initialised here: finalised (or aborted) here
+  bool job_failed = false;  // a group broke or saw a rank exit (Note [MPI lifecycle])
   MpiEnv() {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -194,13 +197,20 @@ struct MpiEnv {
   ~MpiEnv() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (owned && !finalized && !mpi_waits_for_the_dead()) MPI_Finalize();
+    if (!owned || finalized) return;
+    if (job_failed) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
   }
 };
 
+MpiEnv& mpi_env() {
+  static MpiEnv env;
+  return env;
+}
+
 }  // namespace
 
-void ensure_mpi_initialized() { static MpiEnv env; }
+void ensure_mpi_initialized() { mpi_env(); }
 
 bool comm_check_requested_by_env() {
   const char* v = std::getenv("RINGFLOW_COMM_CHECK");
@@ -251,7 +261,10 @@ MpiProcessGroup::MpiProcessGroup(MPI_Comm parent, MpiProcessGroupOptions options
 
 MpiProcessGroup::~MpiProcessGroup() {
   stop();
-  if (peer_died()) mpi_waits_for_the_dead() = true;
+  if ((peer_died() || !broken_reason().empty()) && mpi_env().owned) {
+    await_goodbyes();
+    mpi_env().job_failed = true;
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -346,10 +359,10 @@ void MpiProcessGroup::wait_or_timeout(Op& op, std::vector<MPI_Request>& requests
   if (pending.empty()) return;
   const std::string reason = cat(
       op.work->description(), " did not complete within ", op.timeout.count(), " ms on rank ",
-      rank(), " (", call, " pending); the ranks that did not arrive are ",
-      options_.checking ? "none: every rank arrived (fingerprints received), so one stopped "
-                          "or died inside the collective"
-                        : "unknown without checking mode (RINGFLOW_COMM_CHECK=1)");
+      rank(), " (", call, " pending)",
+      options_.checking ? "; every rank arrived (fingerprints received), so one stopped or "
+                          "died inside the collective"
+                        : "");
   mark_broken(reason);
   abandon(requests, pending);
   throw CommError(reason);
@@ -400,12 +413,19 @@ std::vector<MpiProcessGroup::Fingerprint> MpiProcessGroup::exchange_fingerprints
 // which arguments the collective reads (in) and writes (out) on this rank; the queued base
 // stages them and bumps the version of every tensor written.
 
+// Through our shared-memory or TCP transport where the group has one: its waits sleep until
+// the bytes arrive, where MPI's request has to be polled (DDP broadcasts the BatchNorm
+// buffers before every forward).
 std::shared_ptr<Work> MpiProcessGroup::do_broadcast(const Tensor& t, const CollectiveOptions& o) {
   check_count("broadcast", t.numel());
   const bool root = rank() == o.root;
   return enqueue_collective(make_fp(Kind::broadcast, t.dtype(), t.numel(), o), o,
                             {{t, /*in=*/root, /*out=*/!root}}, [this, root = o.root](Op& op) {
     const Buffer b = op.host(0);
+    if (transport_) {
+      run_on_transport(op, "the tree broadcast", [&](Transport& tr) { broadcast_tree(tr, b, root); });
+      return;
+    }
     std::vector<MPI_Request> req(1);
     RF_CHECK_MPI(MPI_Ibcast(b.data, static_cast<int>(b.count), transfer_type(b.dtype), root,
                             comm_, &req[0]));
@@ -483,14 +503,21 @@ std::shared_ptr<Work> MpiProcessGroup::do_allreduce(const Tensor& t, const Colle
 }
 
 void MpiProcessGroup::run_own_allreduce(Op& op, Buffer b, Algorithm algo, const CollectiveOptions& o) {
-  op.work->set_status(cat("running the ", algorithm_name(algo), " allreduce"));
+  run_on_transport(op, cat("the ", algorithm_name(algo), " allreduce"), [&](Transport& tr) {
+    run_allreduce(tr, b, algo, o.op, o.root, &host_of());
+  });
+}
+
+void MpiProcessGroup::run_on_transport(Op& op, const std::string& what,
+                                       const std::function<void(Transport&)>& body) {
+  op.work->set_status(cat("running ", what));
   MpiTransport mpi_transport(algo_comm_, MpiTransport::kDefaultTag, op.deadline);
   mpi_transport.set_waiters(waiters());
   mpi_transport.set_liveness([this] { return dead_peers(); });
   if (transport_) transport_->set_deadline(op.deadline);
   CountingTransport transport(transport_ ? *transport_ : static_cast<Transport&>(mpi_transport));
   try {
-    run_allreduce(transport, b, algo, o.op, o.root, &host_of());
+    body(transport);
   } catch (const std::exception& e) {
     const std::string reason = cat(op.work->description(), " failed on rank ", rank(),
                                    " (timeout ", op.timeout.count(), " ms): ", e.what());

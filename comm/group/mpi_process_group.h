@@ -12,7 +12,9 @@
 // MPI's lifecycle: see Note [MPI lifecycle] in mpi_process_group.cpp. In short, the first
 // group initialises MPI with MPI_THREAD_MULTIPLE unless the program already did (then it
 // must have asked for MPI_THREAD_MULTIPLE); MPI is finalised at exit only if a group
-// initialised it. Destroy every group before main returns.
+// initialised it, and then, once a group broke or saw a rank exit, the job is aborted
+// instead (MPI_Abort, after the other ranks' goodbyes: finalize would wait for the missing
+// rank for ever). Destroy every group before main returns.
 //
 // Timeouts: see Note [timeouts] in mpi_process_group.cpp.
 //
@@ -29,13 +31,17 @@
 // elements per call (MPI's int count); more throws std::invalid_argument at the call.
 // ReduceOp::avg is a sum divided once by size() at the end (integers truncate).
 //
-// Traffic (Work::traffic): our allreduce algorithms report the bytes their transport moved
-// (measured, payload only); MPI's own collectives report the models of comm/base/traffic.h, with 16-bit
+// Broadcasts go through that shared-memory or TCP transport too (binomial tree) where the
+// group has one: its waits sleep until bytes arrive, where MPI's requests must be polled.
+//
+// Traffic (Work::traffic): our algorithms report the bytes their transport moved (measured,
+// payload only); MPI's own collectives report the models of comm/base/traffic.h, with 16-bit
 // reductions counted at the f32 width they travel at.
 #pragma once
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -121,6 +127,10 @@ class MpiProcessGroup final : public QueuedProcessGroup {
   void wait_or_timeout(Op& op, std::vector<MPI_Request>& requests, const char* call);
   // Our allreduce algorithms on the host buffer b, through shm, TCP or MPI point to point.
   void run_own_allreduce(Op& op, Buffer b, Algorithm algo, const CollectiveOptions& o);
+  // body (`what`, for the Work's status) through our transport, else MPI point to point,
+  // counting its bytes as the Work's traffic; a failure breaks the group.
+  void run_on_transport(Op& op, const std::string& what,
+                        const std::function<void(Transport&)>& body);
   // A broken group's requests, which MPI forbids freeing.
   void abandon(const std::vector<MPI_Request>& requests, const std::vector<int>& which);
 

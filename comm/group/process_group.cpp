@@ -50,6 +50,11 @@ Traffic ProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, Algori
                            elem, size(), rank());
 }
 
+void ProcessGroup::set_comm_thread_cpus(const std::vector<int>&) {
+  throw std::invalid_argument(cat("set_comm_thread_cpus: the ", backend_name(),
+                                  " group has no communication thread to place"));
+}
+
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor,
                                               const CollectiveOptions& options) {
   check_tensor("broadcast", "the", tensor);

@@ -17,7 +17,7 @@
 //    throws std::invalid_argument at the call, before anything is queued.
 //  - A collective that does not complete within options.timeout fails its Work with a
 //    CommError naming the collective, its sequence number and, where knowable, the ranks
-//    that did not arrive. A group whose collective timed out or failed part-way is broken:
+//    that did not arrive (or that exited: PeerWatch, comm/group/peer_watch.h). A group whose collective timed out or failed part-way is broken:
 //    later collectives fail at once (other ranks may be anywhere in it); make a new group
 //    to go on. A mismatch found by checking mode fails only that collective.
 //
@@ -28,8 +28,10 @@
 // number) before each collective so that this is an error instead of corrupt data.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringflow/comm/base/traffic.h"
 #include "ringflow/comm/base/types.h"
@@ -78,6 +80,16 @@ class ProcessGroup {
   // comm/base/traffic.h, with algo resolved as allreduce resolves it: what reports set
   // beside the bytes the transport counted.
   virtual Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const;
+
+  // The CPU time the group's communication thread has used since it started (its thread
+  // CPU clock: running collectives, waiting between them, everything); zero for a group
+  // without one. Any thread may ask, at any time: the difference over a training step is
+  // what the step's communication cost the CPUs.
+  virtual std::chrono::nanoseconds comm_thread_cpu_time() const { return {}; }
+  // Restricts the communication thread to the CPUs `cpus` (non-empty; sched_setaffinity's
+  // numbering, comm/base/cpu_affinity.h). Throws std::invalid_argument naming a CPU the
+  // process may not use, or where the group has no such thread.
+  virtual void set_comm_thread_cpus(const std::vector<int>& cpus);
 
  protected:
   ProcessGroup() = default;

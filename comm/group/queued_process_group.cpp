@@ -1,7 +1,9 @@
 #include "ringflow/comm/group/queued_process_group.h"
 
+#include <cstring>
 #include <utility>
 
+#include "ringflow/comm/base/cpu_affinity.h"
 #include "ringflow/framework/error.h"
 
 namespace ringflow::comm {
@@ -55,7 +57,28 @@ Traffic QueuedProcessGroup::allreduce_traffic_model(int64_t count, DType dtype, 
 
 QueuedProcessGroup::~QueuedProcessGroup() { stop(); }
 
-void QueuedProcessGroup::start() { thread_ = std::thread([this] { run_loop(); }); }
+void QueuedProcessGroup::start() {
+  thread_ = std::thread([this] { run_loop(); });
+  const int err = pthread_getcpuclockid(thread_.native_handle(), &thread_clock_);
+  RF_CHECK(err == 0, "pthread_getcpuclockid of the communication thread: ", std::strerror(err));
+}
+
+std::chrono::nanoseconds QueuedProcessGroup::comm_thread_cpu_time() const {
+  timespec t{};
+  if (!thread_.joinable() || clock_gettime(thread_clock_, &t) != 0) return {};
+  return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
+std::vector<int> QueuedProcessGroup::comm_thread_cpus() {
+  RF_CHECK(thread_.joinable(), "comm_thread_cpus: the communication thread has stopped");
+  return thread_cpus(thread_.native_handle());
+}
+
+void QueuedProcessGroup::set_comm_thread_cpus(const std::vector<int>& cpus) {
+  RF_CHECK(thread_.joinable(), "set_comm_thread_cpus: the communication thread has stopped");
+  set_thread_cpus(thread_.native_handle(), cpus,
+                  cat("rank ", rank_, "'s communication thread"));
+}
 
 void QueuedProcessGroup::stop() {
   if (!thread_.joinable()) return;
@@ -74,9 +97,14 @@ std::string QueuedProcessGroup::broken_reason() const {
 }
 
 void QueuedProcessGroup::mark_broken(const std::string& reason) {
-  std::lock_guard lock(mutex_);
-  if (broken_.empty()) broken_ = reason;
+  {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = reason;
+  }
+  // The peers hear that this rank gave up, so that its exit is not taken for the cause.
+  if (peers_) peers_->give_up();
 }
+
 
 std::string QueuedProcessGroup::describe(const Fingerprint& fp) {
   return describe_collective(static_cast<CollectiveKind>(fp.kind), fp.seq,
@@ -113,7 +141,6 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue(
     op->fp.seq = counter++;
     work = op->work = std::make_shared<Work>(describe_op(op->fp.seq), waiters_);
     queue_.push_back(std::move(op));
-    queued_.store(queue_.size(), std::memory_order_release);
   }
   queue_cv_.notify_one();
   return work;
@@ -143,19 +170,14 @@ std::shared_ptr<Work> QueuedProcessGroup::enqueue_p2p(
 void QueuedProcessGroup::run_loop() {
   for (;;) {
     std::shared_ptr<Op> op;
-    // Spin briefly for the next collective (a bucketed allreduce issues them back to
-    // back) before sleeping: a wake-up costs tens of microseconds on shared cores.
-    const auto until = Clock::now() + std::chrono::microseconds(50);
-    while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
-      std::this_thread::yield();
-    }
     {
+      // Asleep until a collective is queued: no spinning for the next one, whose wake-up
+      // costs microseconds, while the computation that queues it needs the cores.
       std::unique_lock lock(mutex_);
       queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued has run
       op = std::move(queue_.front());
       queue_.pop_front();
-      queued_.store(queue_.size(), std::memory_order_release);
     }
     const bool was_broken = !broken_reason().empty();
     run(*op);
@@ -181,11 +203,14 @@ void QueuedProcessGroup::run(Op& op) {
   }
   op.deadline = Clock::now() + op.timeout;
   work.mark_started();
+  if (peers_ && op.collective) peers_->arrive(op.fp.seq);
   try {
-    // A mismatch found here leaves the group usable: every rank sees it, none has started.
     if (checking_ && op.collective && size_ > 1) check_fingerprints(op);
-  } catch (...) {
-    work.finish(std::current_exception());
+  } catch (const std::exception& e) {
+    // A mismatch leaves the group usable: every rank sees it, none has started. A rank
+    // that did not arrive (the exchange timed out) broke it.
+    if (broken_reason().empty()) work.finish(std::current_exception());
+    else fail(op, e, std::current_exception());
     return;
   }
   try {
@@ -196,22 +221,30 @@ void QueuedProcessGroup::run(Op& op) {
     work.finish();
   } catch (const std::exception& e) {
     // Failed part-way: the other ranks may be anywhere in it, so the group is broken.
-    const std::string why = with_dead_peers(e.what());
-    mark_broken(cat(work.description(), " failed on rank ", rank_, ": ", why));
-    work.finish(why == e.what() ? std::current_exception() : std::make_exception_ptr(CommError(why)));
+    fail(op, e, std::current_exception());
   }
 }
 
-std::string QueuedProcessGroup::with_dead_peers(const std::string& what) {
+void QueuedProcessGroup::fail(Op& op, const std::exception& e, std::exception_ptr thrown) {
+  const std::string why = with_dead_peers(e.what(), op);
+  mark_broken(cat(op.work->description(), " failed on rank ", rank_, ": ", why));
+  op.work->finish(why == e.what() ? thrown : std::make_exception_ptr(CommError(why)));
+}
+
+std::string QueuedProcessGroup::with_dead_peers(const std::string& what, const Op& op) {
   if (!peers_) return what;
-  const auto until = Clock::now() + std::chrono::seconds(1);
+  // Asking every rank where it is also gives their links' ends the time to be read; only a
+  // stopped or hung rank makes it wait, up to PeerWatch's patience.
+  const std::string absent = op.collective ? peers_->absent_from(op.fp.seq) : "";
   std::string dead = dead_peers();
-  while (dead.empty() && Clock::now() < until) {
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (dead.empty() && absent.empty() && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     dead = dead_peers();
   }
-  if (dead.empty() || what.find(dead) != std::string::npos) return what;
-  return cat(what, "; ", dead);
+  const std::string named = dead.empty() ? absent : dead;
+  if (named.empty() || what.find(named) != std::string::npos) return what;
+  return cat(what, "; ", named);
 }
 
 void QueuedProcessGroup::check_fingerprints(Op& op) {

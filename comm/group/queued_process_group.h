@@ -7,9 +7,12 @@
 // queued with its arguments) and how fingerprints travel.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -37,6 +40,9 @@ class QueuedProcessGroup : public ProcessGroup {
   Traffic allreduce_traffic_model(int64_t count, DType dtype, Algorithm algo) const override;
   // Empty while usable; the reason once a collective timed out or failed part-way.
   std::string broken_reason() const;
+  std::chrono::nanoseconds comm_thread_cpu_time() const override;
+  void set_comm_thread_cpus(const std::vector<int>& cpus) override;
+  std::vector<int> comm_thread_cpus();  // where it may run now
   // Why the ranks of other nodes are not watched for their exit (PeerWatch::unwatched:
   // the liveness links could not be made); empty when they are or there are none.
   std::string peers_unwatched() const { return peers_ ? peers_->unwatched() : ""; }
@@ -98,12 +104,21 @@ class QueuedProcessGroup : public ProcessGroup {
   // The derived constructor may give the watch of the other ranks' processes: a collective
   // that fails part-way then names the rank whose exit started it.
   void watch_peers(std::unique_ptr<PeerWatch> watch) { peers_ = std::move(watch); }
-  // PeerWatch::dead_peers(); empty without a watch. Communication thread only.
+  // PeerWatch::dead_peers(); empty without a watch.
   std::string dead_peers() { return peers_ ? peers_->dead_peers() : ""; }
   // Whether dead_peers() ever named a rank (MPI is then finalised by no one: it would wait
   // for the dead). Once the communication thread has stopped.
   bool peer_died() const { return peers_ && peers_->saw_death(); }
-  // Breaks the group (first reason wins); later collectives fail at once.
+  // Says goodbye to the other ranks and waits until each said goodbye too, exited, or was
+  // found stopped or hung (PeerWatch::wait_for_goodbyes); at once without a watch. Once the
+  // communication thread has stopped.
+  void await_goodbyes() {
+    if (!peers_) return;
+    peers_->say_goodbye();
+    peers_->wait_for_goodbyes();
+  }
+  // Breaks the group (first reason wins); later collectives fail at once. The peers hear
+  // that this rank gave up (PeerWatch::give_up).
   void mark_broken(const std::string& reason);
   // The count of threads blocked in this group's Works (comm/base/backoff.h).
   const Waiters* waiters() const { return waiters_.get(); }
@@ -119,9 +134,12 @@ class QueuedProcessGroup : public ProcessGroup {
   void run_loop();
   void run(Op& op);
   void check_fingerprints(Op& op);
+  // Breaks the group and fails op's Work with e, naming the rank that made it fail.
+  void fail(Op& op, const std::exception& e, std::exception_ptr thrown);
   // what, and the ranks whose processes exited, looked for up to a second (a failure
-  // spreads along the algorithm's messages faster than some peers see the exit).
-  std::string with_dead_peers(const std::string& what);
+  // spreads along the algorithm's messages faster than some peers see the exit); where none
+  // did, the ranks that never began op's collective (PeerWatch::absent_from).
+  std::string with_dead_peers(const std::string& what, const Op& op);
 
   const int rank_, size_;
   const bool checking_;
@@ -132,12 +150,12 @@ class QueuedProcessGroup : public ProcessGroup {
   int64_t next_p2p_ = 0;  // sends and recvs issued, under mutex_
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<Op>> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), for the comm thread's spin
   bool stopping_ = false;
   std::string broken_;      // under mutex_
   CudaStaging staging_;     // comm thread only
-  std::unique_ptr<PeerWatch> peers_;  // comm thread only, once started
+  std::unique_ptr<PeerWatch> peers_;  // set before start()
   std::thread thread_;
+  clockid_t thread_clock_{};  // thread_'s CPU clock while it runs
 };
 
 }  // namespace ringflow::comm

@@ -31,25 +31,33 @@
 // no cache (docs/allreduce.md, "Why the sender writes around its cache").
 //
 // Waiting: a rank that can neither send nor receive spins for 20 us (a piece from a peer
-// that is running arrives within that), then pauses between looks as MpiTransport does
-// (comm/base/backoff.h: yields while a thread waits for the collective, else sleeps).
-// Tried and dropped: sleeping on a futex in the segment that the peer wakes when it
-// publishes (after a 50 us spin): in interleaved runs neither policy came out ahead, the
-// slow runs of both coming from other jobs on the cores (docs/allreduce.md). The simpler
-// one stays.
+// that is running arrives within that), then sleeps on its doorbell, a futex word in its
+// own segment: a rank that publishes a piece to it, or frees a slot it writes into, adds 1
+// to the doorbell and wakes it if its sleeping word is set. The sleeper sets that word,
+// reads the doorbell, looks once more, and sleeps only while the doorbell still holds what
+// it read, so no ring is lost (each side writes its own word before it reads the other's,
+// all sequentially consistent). It wakes at least every kLivenessPeriod to look at its
+// peers, and a rank that gives up rings everyone. So a waiting communication thread uses
+// no CPU while its peers are slow, where polling (as MPI must) took the cores from the
+// computation it overlaps with; ringing costs an atomic add per piece and a system call
+// only when the peer sleeps. (Timed against the polling this replaced, in interleaved
+// runs neither came out ahead: docs/allreduce.md; the CPU it saves is the point.)
 #include "ringflow/comm/transport/shm_transport.h"
 
 #include <fcntl.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <memory>
 #include <cstring>
@@ -58,7 +66,6 @@
 #include <thread>
 
 #include "ringflow/comm/base/reduce.h"
-#include "ringflow/comm/base/backoff.h"
 #include "ringflow/comm/base/fd.h"
 #include "ringflow/comm/base/process.h"
 #include "ringflow/framework/error.h"
@@ -69,12 +76,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kLine = 64;
-constexpr size_t kSegmentHeadBytes = kLine;  // failed: the owner gave up (its own line)
+// Line 0, failed: the owner gave up. Line 1: the owner's doorbell and sleeping words.
+constexpr size_t kSegmentHeadBytes = 2 * kLine;
 constexpr size_t kHeadBytes = 2 * kLine;   // written, consumed
 constexpr size_t kSlotHeadBytes = kLine;   // message_bytes, piece_bytes
 constexpr size_t kMaxSegment = size_t{64} << 20;
 constexpr size_t kMinSlot = size_t{4} << 10;
-constexpr auto kSpin = std::chrono::microseconds(20);  // then Backoff
+constexpr auto kSpin = std::chrono::microseconds(20);  // then the doorbell
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,6 +120,27 @@ uint64_t* consumed(unsigned char* channel) {
 }
 uint64_t load(uint64_t* p, std::memory_order order) { return std::atomic_ref<uint64_t>(*p).load(order); }
 void store(uint64_t* p, uint64_t v) { std::atomic_ref<uint64_t>(*p).store(v, std::memory_order_release); }
+
+// A segment's doorbell and sleeping words (Note [shared-memory transport], "Waiting").
+std::atomic_ref<uint32_t> doorbell(unsigned char* segment) {
+  return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(segment + kLine));
+}
+std::atomic_ref<uint32_t> sleeping(unsigned char* segment) {
+  return std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(segment + kLine + 4));
+}
+
+// Shared between processes: not FUTEX_PRIVATE_FLAG.
+void futex_wait(unsigned char* segment, uint32_t seen, std::chrono::nanoseconds timeout) {
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  const timespec ts{static_cast<time_t>(s.count()), static_cast<long>((timeout - s).count())};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(segment + kLine), FUTEX_WAIT, seen, &ts,
+          nullptr, 0);  // woken, timed out, or the doorbell already moved: the caller looks
+}
+
+void futex_wake(unsigned char* segment) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(segment + kLine), FUTEX_WAKE, INT32_MAX,
+          nullptr, nullptr, 0);
+}
 
 size_t pieces(size_t bytes, size_t slot_bytes) {
   return bytes == 0 ? 1 : (bytes + slot_bytes - 1) / slot_bytes;
@@ -221,7 +250,26 @@ void ShmTransport::fail(const std::string& why, const std::string& message, int 
   broken_ = why;
   store(reinterpret_cast<uint64_t*>(segments_[rank_].data()),
         1 + static_cast<uint64_t>(dead >= 0 ? dead : size_));
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) ring(peer);
+  }
   throw std::runtime_error(message);
+}
+
+void ShmTransport::ring(int peer) {
+  unsigned char* segment = segments_[peer].data();
+  doorbell(segment).fetch_add(1);
+  if (sleeping(segment).load() != 0) futex_wake(segment);
+}
+
+void ShmTransport::sleep_until_rung(const std::function<bool()>& can_move, Clock::time_point until) {
+  unsigned char* own = segments_[rank_].data();
+  sleeping(own).store(1);
+  const uint32_t seen = doorbell(own).load();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const auto now = Clock::now();
+  if (!can_move() && until > now) futex_wait(own, seen, until - now);
+  sleeping(own).store(0, std::memory_order_relaxed);
 }
 
 void ShmTransport::check_peers(int to, int from, const char* call, bool liveness) {
@@ -308,7 +356,6 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
                                          load(consumed(in_channel), std::memory_order_relaxed);
   };
   auto idle_since = Clock::now(), last_look = idle_since;
-  Backoff backoff(0, waiters());  // after kSpin of spinning
   bool idle = false;
   while (sent < send_pieces || received < recv_pieces) {
     bool progress = false;
@@ -321,6 +368,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       // Around the writer's cache: Note [shared-memory transport], "Slots".
       if (len > 0) copy_streaming(s + kSlotHeadBytes, out + sent_bytes, len);
       store(written(out_channel), w + 1);
+      ring(to);
       ++sent;
       sent_bytes += len;
       progress = true;
@@ -348,6 +396,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
         }
       }
       store(consumed(in_channel), c + 1);
+      ring(from);
       ++received;
       received_bytes += len;
       progress = true;
@@ -356,7 +405,7 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       idle = false;
       continue;
     }
-    // Nothing moved: spin, yield, then sleep (Note [shared-memory transport]).
+    // Nothing moved: spin, then sleep on the doorbell (Note [shared-memory transport]).
     const auto now = Clock::now();
     if (!idle) idle_since = now, idle = true;
     if (now >= deadline_) {
@@ -374,7 +423,8 @@ void ShmTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     if (now - idle_since < kSpin) {
       cpu_relax();
     } else {
-      backoff.pause();
+      sleep_until_rung([&] { return can_send() || can_receive(); },
+                       std::min(deadline_, last_look + kLivenessPeriod));
     }
   }
 }

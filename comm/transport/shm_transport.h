@@ -12,9 +12,9 @@
 // the kernel frees them once every rank has. Nothing a peer does later can write into the
 // caller's buffers, only into the segments.
 //
-// Threading: calls from one thread at a time. Waiting: spins for 20 us, then yields, then
-// (after 20 ms without progress) sleeps 50 us between looks, as MpiTransport does with a
-// deadline. With a deadline (set_deadline; the process group sets its collective's), a
+// Threading: calls from one thread at a time. Waiting: spins for 20 us, then sleeps on a
+// futex that the peer wakes when it moves a piece (no CPU while nothing comes; Note
+// [shared-memory transport], "Waiting"). With a deadline (set_deadline; the process group sets its collective's), a
 // wait past it throws std::runtime_error naming the rank waited for, and the transport is
 // then unusable (its channels stop part-way through a message): every later call throws.
 // A message of another length than expected throws as well. A peer that exits (killed,
@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -89,6 +90,11 @@ class ShmTransport final : public Transport {
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
                 size_t recv_bytes, int from, Landing landing, const char* call);
   unsigned char* channel(int writer, int reader) const;
+  // Tells `peer` that this rank moved a piece it may wait for (its doorbell).
+  void ring(int peer);
+  // Sleeps on this rank's doorbell until a peer rings or `until`, unless can_move() already.
+  void sleep_until_rung(const std::function<bool()>& can_move,
+                        std::chrono::steady_clock::time_point until);
 
   int rank_ = 0, size_ = 1;
   size_t slot_bytes_ = 0;

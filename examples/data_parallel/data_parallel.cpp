@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     Tensor loss = cross_entropy(ddp(batch.images), batch.labels);
     loss.backward();  // each bucket's allreduce starts as soon as its gradients are ready
     sgd.step();
-    sgd.zero_grad(/*set_to_none=*/false);  // DDP's gradients are views of its buckets
+    sgd.zero_grad();  // the next backward computes the gradients into DDP's buckets
     if (rank == 0 && step % 20 == 0) {
       std::printf("step %lld: loss %.4f (rank 0's batch)\n", static_cast<long long>(step),
                   loss.item());

@@ -24,7 +24,7 @@ Batch BatchToDevice::operator()(const Batch& batch) {
            "BatchToDevice: the batch is already on ", batch.images.device().str());
   const int k = 2 * turn_;
   turn_ = 1 - turn_;
-  return {upload(batch.images, staging_[k]), upload(batch.labels, staging_[k + 1]), batch.index};
+  return {upload(batch.images, staging_[k]), upload(batch.labels, staging_[k + 1]), batch.index, batch.skipped};
 }
 
 }  // namespace ringflow::data

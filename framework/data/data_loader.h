@@ -4,7 +4,16 @@
 // Determinism: an epoch's batches depend only on (dataset, options, epoch): the order comes
 // from the sampler (default: a permutation seeded by seed + epoch, or 0..n-1 without
 // shuffle), and each example's random transforms from a Generator seeded by (seed, epoch,
-// position in the epoch). The number of workers and the prefetch depth change timing only.
+// position in the epoch), which the dataset's read() draws from first (a random crop taken
+// while decoding) and the transforms after it. The number of workers and the prefetch depth
+// change timing only.
+//
+// An IterableDataset (tar shards) has no sampler: each batch's records are read from the
+// epoch's stream in batch order, one worker at a time, and decoded in parallel.
+//
+// Bad examples: a dataset's BadExample (a corrupt file) stops the epoch with its message,
+// or with skip_bad_examples is dropped from its batch (which comes out smaller) and its
+// message kept in Batch::skipped.
 //
 // Threading: start_epoch() starts num_workers threads that build batches in order of need,
 // at most prefetch_batches ahead of the one the caller takes next; next() returns them in
@@ -15,9 +24,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ringflow/framework/data/dataset.h"
+#include "ringflow/framework/data/iterable_dataset.h"
 #include "ringflow/framework/data/sampler.h"
 #include "ringflow/framework/data/transforms.h"
 
@@ -32,12 +43,14 @@ struct DataLoaderOptions {
   int prefetch_batches = 2;  // batches built ahead of the consumer (at least num_workers)
   std::vector<std::shared_ptr<const Transform>> transforms = {};  // applied in order per example
   std::shared_ptr<const Sampler> sampler = nullptr;  // e.g. a DistributedSampler; overrides shuffle
+  bool skip_bad_examples = false;  // drop a BadExample from its batch instead of failing
 };
 
 struct Batch {
   Tensor images;      // (B, C, H, W) f32, contiguous
   Tensor labels;      // (B) i64
   int64_t index = 0;  // batch number within the epoch
+  std::vector<std::string> skipped = {};  // skip_bad_examples: why each dropped example was bad
 };
 
 class DataLoader {
@@ -54,8 +67,8 @@ class DataLoader {
   const DataLoaderOptions& options() const { return options_; }
 
   // Starts epoch `epoch` at batch `first_batch` (a run resumed in the middle of an epoch:
-  // the same batches as the uninterrupted epoch's from there on), dropping what is left of
-  // the previous one. Throws std::invalid_argument for a first_batch outside [0, num_batches()].
+  // the same batches as the uninterrupted epoch's from there on; an IterableDataset's stream
+  // is read through the batches before, undecoded), dropping what is left of the previous one. Throws std::invalid_argument for a first_batch outside [0, num_batches()].
   void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // Fills `batch` with the next batch of the current epoch; false when the epoch is over
   // (or none was started). Rethrows a worker's exception.
@@ -88,12 +101,18 @@ class DataLoader {
 
   // Builds batch k of `order` for `epoch` in the caller's thread (what each worker runs).
   Batch build_batch(const std::vector<int64_t>& order, int64_t epoch, int64_t k) const;
+  // The same for an IterableDataset: batch k from its records, in stream order.
+  Batch build_batch(const std::vector<Record>& records, int64_t epoch, int64_t k) const;
 
  private:
   struct Run;  // one epoch's shared state and worker threads
   void stop();
+  // Batch k of `count` examples, example j written by read_one(j, dst, gen) (returns its label).
+  template <class ReadOne>
+  Batch fill_batch(int64_t epoch, int64_t k, int64_t count, const ReadOne& read_one) const;
 
   std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const IterableDataset> stream_;  // dataset_ when it is one
   DataLoaderOptions options_;
   std::shared_ptr<const Sampler> sampler_;
   std::unique_ptr<Run> run_;

@@ -1,14 +1,23 @@
 #include "ringflow/framework/data/dataset.h"
 
+#include "ringflow/framework/data/iterable_dataset.h"
+
 #include <algorithm>
 
 #include "ringflow/framework/ops.h"
 
 namespace ringflow::data {
 
+int64_t Dataset::read(int64_t i, float* dst, Generator&) const { return read(i, dst); }
+
 int64_t Dataset::label(int64_t i) const {
   std::vector<float> scratch(static_cast<size_t>(image_numel()));
   return read(i, scratch.data());
+}
+
+int64_t IterableDataset::read(int64_t, float*) const {
+  throw std::invalid_argument("a streamed data set (IterableDataset) is read in its stream's order by a "
+                              "DataLoader, not example by example");
 }
 
 Example Dataset::get(int64_t i) const {
@@ -54,5 +63,9 @@ std::shared_ptr<Subset> Subset::first(std::shared_ptr<const Dataset> base, int64
 }
 
 int64_t Subset::read(int64_t i, float* dst) const { return base_->read(indices_[static_cast<size_t>(i)], dst); }
+
+int64_t Subset::read(int64_t i, float* dst, Generator& gen) const {
+  return base_->read(indices_[static_cast<size_t>(i)], dst, gen);
+}
 
 }  // namespace ringflow::data

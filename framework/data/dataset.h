@@ -8,12 +8,21 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "ringflow/framework/random.h"
 #include "ringflow/framework/tensor.h"
 
 namespace ringflow::data {
+
+// One example that cannot be read (a corrupt or unreadable file), with a message naming it: a
+// loader told to skip bad examples drops it and goes on; any other error stops the epoch.
+class BadExample : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct Example {
   Tensor image;   // image_shape(), f32
@@ -29,6 +38,10 @@ class Dataset {
   // Writes example i's image (image_shape(), contiguous f32) to dst and returns its label.
   // i in [0, size()); thread-safe.
   virtual int64_t read(int64_t i, float* dst) const = 0;
+  // The same for data sets whose reading is itself random (a random crop taken while the
+  // file is decoded): they draw from gen, the example's own generator (data_loader.h); the
+  // default ignores it.
+  virtual int64_t read(int64_t i, float* dst, Generator& gen) const;
 
   // Example i's label; by default read() into scratch memory (data sets that hold their
   // labels apart answer without touching the image).
@@ -70,6 +83,7 @@ class Subset : public Dataset {
   Shape image_shape() const override { return base_->image_shape(); }
   int64_t num_classes() const override { return base_->num_classes(); }
   int64_t read(int64_t i, float* dst) const override;
+  int64_t read(int64_t i, float* dst, Generator& gen) const override;
   int64_t label(int64_t i) const override { return base_->label(indices_[static_cast<size_t>(i)]); }
 
  private:

@@ -77,8 +77,10 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                    dx.kernel_view(), g.kernel_view(), w.kernel_view(), p);
              }
              if (rw || rb) {
-               dw = empty_like(w);  // in w's layout: cuDNN writes it directly
-               if (rb) db = empty({w.size(0)}, w.dtype(), w.device());
+               // In w's layout (cuDNN writes it so directly); a parameter's (contiguous) into
+               // its gradient buffer where offered (Note [Gradient buffers]).
+               dw = rw && w.is_contiguous() ? new_input_grad(1, w.shape(), w.dtype(), w.device()) : empty_like(w);
+               if (rb) db = new_input_grad(2, {w.size(0)}, w.dtype(), w.device());
                const View dbv = rb ? db.kernel_view() : View{};
                kernel(g.device(), &Backend::conv2d_backward_weights, "conv2d_backward_weights")(
                    dw.kernel_view(), rb ? &dbv : nullptr, g.kernel_view(), x.kernel_view(), p);

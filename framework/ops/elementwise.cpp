@@ -118,10 +118,17 @@ Tensor pow(const Tensor& a, const Tensor& b) {
     record("PowBackward", {a, b}, out,
            [a = a.detach(), b = b.detach(), y = out.detach(), rb = b.requires_grad()](
                const Tensor& g) {
-             // d/da a^b = b a^(b-1);  d/db a^b = a^b log a
-             Tensor ga = sum_to(mul(g, mul(b, pow(a, sub(b, scalar_like(1.0, b))))), a.shape());
+             // d/da a^b = b a^(b-1);  d/db a^b = a^b log a. As PyTorch: none to a where
+             // b == 0 (a^0 = 1, even for a NaN or an inf a), none to b where a == 0 and
+             // b >= 0 (log 0 = -inf would make it NaN).
+             Tensor zero = scalar_like(0.0, g);
+             Tensor ga = sum_to(where(eq(b, zero), zero,
+                                      mul(g, mul(b, pow(a, sub(b, scalar_like(1.0, b)))))),
+                                a.shape());
              Tensor gb;
-             if (rb) gb = sum_to(mul(g, mul(y, log(a))), b.shape());
+             if (rb)
+               gb = sum_to(where(mul(eq(a, zero), ge(b, zero)), zero, mul(g, mul(y, log(a)))),
+                           b.shape());
              return std::vector<Tensor>{ga, gb};
            });
   return out;
@@ -134,17 +141,18 @@ Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
 Tensor div(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
 
 namespace {
-// Gradient of maximum/minimum: to the selected operand, split evenly on ties (PyTorch).
+// Gradient of maximum/minimum, PyTorch's rule: all of it to each operand but the one that
+// loses, split evenly on ties; where a NaN makes both lose nothing, both take all of it.
 Tensor select_grad(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward(op, a, b);
   if (grad_needed({a, b}))
     record(op == BinaryOp::maximum ? "MaximumBackward" : "MinimumBackward", {a, b}, out,
            [a = a.detach(), b = b.detach(), op](const Tensor& g) {
-             const BinaryOp wins = op == BinaryOp::maximum ? BinaryOp::gt : BinaryOp::lt;
-             Tensor a_wins = comparison(wins, a, b);
+             const bool max = op == BinaryOp::maximum;
              Tensor tie = mul(comparison(BinaryOp::eq, a, b), scalar_like(0.5, g));
-             Tensor wa = add(a_wins, tie);
-             Tensor wb = sub(scalar_like(1.0, wa), wa);
+             Tensor one = scalar_like(1.0, g);
+             Tensor wa = sub(sub(one, comparison(max ? BinaryOp::lt : BinaryOp::gt, a, b)), tie);
+             Tensor wb = sub(sub(one, comparison(max ? BinaryOp::gt : BinaryOp::lt, a, b)), tie);
              return std::vector<Tensor>{sum_to(mul(g, wa), a.shape()), sum_to(mul(g, wb), b.shape())};
            });
   return out;
@@ -219,7 +227,8 @@ Tensor relu(const Tensor& a) {
   Tensor out = unary_forward(UnaryOp::relu, a);
   if (grad_needed({a}))
     record("ReluBackward", {a}, out, [y = out.detach()](const Tensor& g) {
-      // relu'(x) = [x > 0] = [relu(x) > 0]: saving the output lets the input be freed.
+      // relu'(x) = [x > 0] = [relu(x) > 0]: saving the output lets the input be freed. A
+      // NaN passes the gradient on, as PyTorch's threshold_backward (relu_backward's rule).
       Tensor dx = empty_like(g);
       kernel(g.device(), &Backend::binary, "relu_backward")(
           BinaryOp::relu_backward, dx.kernel_view(), g.kernel_view(), y.expand(g.shape()).kernel_view());

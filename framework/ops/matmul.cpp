@@ -30,13 +30,14 @@ Batched as_batched(const Tensor& x, const Shape& batch) {
   return out;
 }
 
-Tensor batched_matmul(const Tensor& a, const Tensor& b) {
+// out: where to write the product (contiguous, of its shape), or undefined for a new tensor.
+Tensor batched_matmul(const Tensor& a, const Tensor& b, Tensor out = {}) {
   const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
                                        Shape(b.shape().begin(), b.shape().end() - 2));
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   Shape out_shape = batch;
   out_shape.insert(out_shape.end(), {M, N});
-  Tensor out = empty(out_shape, a.dtype(), a.device());
+  if (!out.defined()) out = empty(out_shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
   if (K == 0) return out.fill_(0.0);
   const Batched ba = as_batched(a, batch), bb = as_batched(b, batch);
@@ -87,8 +88,40 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (bias.defined())
     RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias of shape ",
              shape_str(bias.shape()), " for weight of shape ", shape_str(w.shape()));
-  Tensor y = matmul(x, w.t());  // under autocast: in 16 bits, and the bias added in them
-  return bias.defined() ? add(y, autocast_to_low(bias)) : y;
+  // In 16 bits, the bias added in them. The weight is cast whole (autocast's cache keeps one
+  // cast per step), and LinearBackward's gradients go back through the casts.
+  if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32 ||
+                             (bias.defined() && bias.dtype() == DType::f32)))
+    return linear(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias));
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = matmul(x, w.t());
+    if (bias.defined()) y = add(y, bias);
+  }
+  if (grad_needed({x, w, bias}))
+    record("LinearBackward", {x, w, bias}, y,
+           [x = x.detach(), w = w.detach(), rx = x.requires_grad(), rw = w.requires_grad(),
+            rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
+             // g: (..., out) seen as (rows, out); x: (..., in) as (rows, in). The weight's and
+             // the bias's gradients are computed in their layout, into their gradient
+             // buffers where offered (Note [Gradient buffers]): dw = g^T x, db = 1^T g.
+             const int64_t out_f = w.size(0), in_f = w.size(1);
+             const Tensor g2 = g.reshape({-1, out_f});
+             Tensor dx, dw, db;
+             if (rx) dx = matmul(g, w);
+             if (rw) {
+               dw = new_input_grad(1, w.shape(), w.dtype(), w.device());
+               batched_matmul(g2.t(), x.reshape({-1, in_f}), dw);
+             }
+             if (rb) {
+               db = new_input_grad(2, {out_f}, w.dtype(), w.device());
+               const Tensor ones_row = ones({1, g2.size(0)}, g2.dtype(), g2.device());
+               batched_matmul(ones_row, g2, db.view({1, out_f}));
+             }
+             return std::vector<Tensor>{dx, dw, db};
+           });
+  return y;
 }
 
 }  // namespace ringflow

@@ -108,8 +108,9 @@ Tensor fused_batch_norm_relu(const Tensor& x, const Tensor& running_mean, const 
             rw = weight.defined() && weight.requires_grad(), rb = bias.defined() && bias.requires_grad(),
             rr = residual.defined() && residual.requires_grad()](const Tensor& g) {
              Tensor dx = empty_like(x);
-             Tensor dw = rw ? empty(w.shape(), w.dtype(), w.device()) : Tensor();
-             Tensor db = rb ? empty(w.shape(), w.dtype(), w.device()) : Tensor();
+             // Into the parameters' gradient buffers where offered (Note [Gradient buffers]).
+             Tensor dw = rw ? new_input_grad(1, w.shape(), w.dtype(), w.device()) : Tensor();
+             Tensor db = rb ? new_input_grad(2, w.shape(), w.dtype(), w.device()) : Tensor();
              Tensor dr = rr ? empty_like(x) : Tensor();
              const View wv = w.defined() ? w.kernel_view() : View{};
              const View dwv = rw ? dw.kernel_view() : View{};
@@ -193,8 +194,9 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
             rw = weight.defined() && weight.requires_grad(),
             rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
              Tensor dx = empty_like(x);
-             Tensor dw = rw ? empty(w.shape(), w.dtype(), w.device()) : Tensor();
-             Tensor db = rb ? empty(w.shape(), w.dtype(), w.device()) : Tensor();
+             // Into the parameters' gradient buffers where offered (Note [Gradient buffers]).
+             Tensor dw = rw ? new_input_grad(1, w.shape(), w.dtype(), w.device()) : Tensor();
+             Tensor db = rb ? new_input_grad(2, w.shape(), w.dtype(), w.device()) : Tensor();
              const View wv = w.defined() ? w.kernel_view() : View{};
              const View dwv = rw ? dw.kernel_view() : View{};
              const View dbv = rb ? db.kernel_view() : View{};

@@ -113,15 +113,28 @@ Tensor mean(const Tensor& x_in, const Shape& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const Shape& dims, int64_t correction, bool keepdim) {
-  // Two passes (mean, then squared deviations) for accuracy; differentiable by composition.
+  // Two passes (mean, then squared deviations) for accuracy.
   const auto mask = reduced_mask(x, dims);
   const int64_t n = reduced_count(x, mask);
   Shape d;
   for (size_t i = 0; i < mask.size(); ++i)
     if (mask[i]) d.push_back(static_cast<int64_t>(i));
-  Tensor dev = sub(x, mean(x, d, /*keepdim=*/true));
   const double denom = static_cast<double>(std::max<int64_t>(n - correction, 0));
-  return div(sum(mul(dev, dev), d, keepdim), scalar_tensor(denom, x.dtype(), x.device()));
+  Tensor dev, out;
+  {
+    NoGradGuard no_grad;
+    dev = sub(x, mean(x, d, /*keepdim=*/true));
+    out = div(sum(mul(dev, dev), d, keepdim), scalar_tensor(denom, x.dtype(), x.device()));
+  }
+  // PyTorch's rule, 2 (x - mean) / (n - correction): the share through the mean, zero in
+  // exact arithmetic, is left out (an inf in x would make it NaN for the whole row).
+  if (grad_needed({x}))
+    record("VarBackward", {x}, out,
+           [dev, keep = keepdim_shape(x, mask), xs = x.shape(), denom](const Tensor& g) {
+             return std::vector<Tensor>{
+                 mul(expand_back(g, keep, xs), mul(dev, scalar_tensor(2.0 / denom, g.dtype(), g.device())))};
+           });
+  return out;
 }
 
 Tensor amax(const Tensor& x, const Shape& dims, bool keepdim) { return extreme(ReduceOp::max, x, dims, keepdim); }

@@ -14,4 +14,8 @@ namespace ringflow::optim {
 // Accumulates in f64 whatever the gradients' dtype.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
+// That norm alone, nothing clipped (torch.nn.utils.get_total_norm of the gradients): inf or
+// NaN when a gradient holds one.
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
+
 }  // namespace ringflow::optim

@@ -19,7 +19,7 @@ void binary(BinaryOp op, const View& out, const View& a, const View& b);
 void where(const View& out, const View& cond, const View& a, const View& b);
 void reduce(ReduceOp op, const View& out, const View& in);
 
-// oneDNN (matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp, eltwise.cpp).
+// oneDNN (matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp).
 void matmul(const View& out, const View& a, const View& b);
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p);
@@ -60,9 +60,6 @@ void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim
 // optim.cpp
 void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h);
 void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
-// relu / relu_backward through oneDNN eltwise; false when the operands do not fit.
-bool eltwise_relu(const View& out, const View& in);
-bool eltwise_relu_backward(const View& dx, const View& dy, const View& x);
 
 // Looks up (or builds) a primitive. make() returns an empty CachedPrimitive, or throws
 // dnnl::error with status unimplemented, when oneDNN has no implementation: that is
@@ -94,6 +91,11 @@ void execute(const CachedPrimitive& p, const std::unordered_map<int, dnnl::memor
 // True when v's elements fill numel() consecutive slots in some order (no gaps, no
 // overlap, no broadcast): dense in any dim order.
 bool is_dense(const View& v);
+
+// True when every element of v is finite (no NaN, no inf); false too where v's dtype or
+// layout is not one the own loops read (finite.cpp). The oneDNN kernels whose maximum drops
+// a NaN (pooling, softmax) leave the other inputs to the reference kernels.
+bool all_finite(const View& v);
 
 // True when no dim is 0-sized in any of the Views, none has a zero stride on a dim of
 // size > 1, and all have a dtype oneDNN takes.

@@ -1,6 +1,7 @@
 // Own OpenMP loops for the hot elementwise paths on f32, bf16 and f16 (copy and fill on any
 // dtype): operands laid out as loop.h accepts (same layout, per-channel or scalar broadcast).
-// relu and relu_backward go to oneDNN eltwise when the operands are dense and alike.
+// relu and relu_backward are ours, not oneDNN eltwise's, which turns a NaN into 0 (relu)
+// and stops the gradient at a NaN, where PyTorch passes both on.
 // Anything else calls the reference kernel.
 #include <cmath>
 #include <cstring>
@@ -212,7 +213,6 @@ void fill(const View& dst, double value) {
 }
 
 void unary(UnaryOp op, const View& out, const View& in) {
-  if (op == UnaryOp::relu && eltwise_relu(out, in)) return;
   LoopPlan plan;
   const bool done = out.dtype == in.dtype && out.numel() > 0 &&
                     make_loop_plan(plan, out, {&in}) && with_elem(out.dtype, [&](auto e) {
@@ -234,7 +234,6 @@ void unary(UnaryOp op, const View& out, const View& in) {
 }
 
 void binary(BinaryOp op, const View& out, const View& a, const View& b) {
-  if (op == BinaryOp::relu_backward && eltwise_relu_backward(out, a, b)) return;
   LoopPlan plan;
   const bool done = out.dtype == a.dtype && out.dtype == b.dtype && out.numel() > 0 &&
                     make_loop_plan(plan, out, {&a, &b}) && with_elem(out.dtype, [&](auto e) {
@@ -254,7 +253,7 @@ void binary(BinaryOp op, const View& out, const View& a, const View& b) {
       case BinaryOp::le: return run([](float x, float y) { return x <= y ? 1.f : 0.f; });
       case BinaryOp::gt: return run([](float x, float y) { return x > y ? 1.f : 0.f; });
       case BinaryOp::ge: return run([](float x, float y) { return x >= y ? 1.f : 0.f; });
-      case BinaryOp::relu_backward: return run([](float g, float x) { return x > 0.f ? g : 0.f; });
+      case BinaryOp::relu_backward: return run([](float g, float x) { return x <= 0.f ? 0.f : g; });
     }
     return false;
   });

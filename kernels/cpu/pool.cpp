@@ -8,6 +8,8 @@
 //
 // Max pooling runs as forward_training and returns oneDNN's workspace (argmax indices),
 // which backward consumes; the workspace remembers the layout it was computed in.
+// oneDNN's max drops a NaN of a window, where PyTorch's picks it (and sends it the
+// gradient): an input that is not all finite goes to the reference kernel.
 #include <algorithm>
 #include <optional>
 
@@ -114,8 +116,9 @@ Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p
   }
   auto ws = std::make_shared<MaxPoolWorkspace>();
   const tag t = compute_layout(y, x);
-  const CachedPrimitive* prim =
-      pool_ok(x, y, p, /*avg=*/false) ? forward_primitive(algorithm::pooling_max, y, x, t, p) : nullptr;
+  const CachedPrimitive* prim = pool_ok(x, y, p, /*avg=*/false) && all_finite(x)
+                                     ? forward_primitive(algorithm::pooling_max, y, x, t, p)
+                                     : nullptr;
   if (!prim) {
     ws->reference = reference_backend().max_pool2d_forward(y, x, p);
     return ws;

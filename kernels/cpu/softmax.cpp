@@ -1,12 +1,16 @@
 // Softmax and log-softmax along one dim over oneDNN (softmax_* and logsoftmax_*), on the
 // Views' own strides. oneDNN describes src and dst with one desc, so y follows x's
 // layout (and dy follows dx's); a mismatching operand goes through a scratch copy.
+// oneDNN's row maximum drops a NaN, a row with +inf or of -inf only does not come out all
+// NaN as PyTorch's, and its exp clamps a NaN: forward with an x, backward with a y that is
+// not all finite go to the reference kernel.
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 
 namespace ringflow::cpu {
 
 void softmax_forward(const View& y, const View& x, int64_t dim, bool log) {
-  if (!dnnl_friendly({&y, &x}) || x.dtype != y.dtype || x.dim() < 1 || x.dim() > 5) {
+  if (!dnnl_friendly({&y, &x}) || x.dtype != y.dtype || x.dim() < 1 || x.dim() > 5 ||
+      !all_finite(x)) {
     return reference_backend().softmax_forward(y, x, dim, log);
   }
   KeyBuilder k("softmax_forward");
@@ -33,7 +37,7 @@ void softmax_forward(const View& y, const View& x, int64_t dim, bool log) {
 
 void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim, bool log) {
   if (!dnnl_friendly({&dx, &dy, &y}) || dx.dtype != dy.dtype || dx.dtype != y.dtype ||
-      y.dim() < 1 || y.dim() > 5) {
+      y.dim() < 1 || y.dim() > 5 || !all_finite(y)) {
     return reference_backend().softmax_backward(dx, dy, y, dim, log);
   }
   KeyBuilder k("softmax_backward");

@@ -98,7 +98,7 @@ static double binary_f64(BinaryOp op, double a, double b) {
     case BinaryOp::minimum:
       return (std::isnan(a) || std::isnan(b)) ? std::numeric_limits<double>::quiet_NaN()
                                               : (a < b ? a : b);
-    case BinaryOp::relu_backward: return b > 0 ? a : 0.0;
+    case BinaryOp::relu_backward: return b <= 0 ? 0.0 : a;
     default: return compare(op, a, b) ? 1.0 : 0.0;
   }
 }
@@ -120,7 +120,7 @@ static int64_t binary_i64(BinaryOp op, int64_t a, int64_t b) {
     }
     case BinaryOp::maximum: return a > b ? a : b;
     case BinaryOp::minimum: return a < b ? a : b;
-    case BinaryOp::relu_backward: return b > 0 ? a : 0;
+    case BinaryOp::relu_backward: return b <= 0 ? 0 : a;
     default: return compare(op, a, b) ? 1 : 0;
   }
 }

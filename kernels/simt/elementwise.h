@@ -114,7 +114,7 @@ RF_HD inline A binary_op(BinaryOp op, A a, A b) {
     case BinaryOp::le: return a <= b ? A(1) : A(0);
     case BinaryOp::gt: return a > b ? A(1) : A(0);
     case BinaryOp::ge: return a >= b ? A(1) : A(0);
-    case BinaryOp::relu_backward: return b > A(0) ? a : A(0);
+    case BinaryOp::relu_backward: return b <= A(0) ? A(0) : a;
   }
   return a;
 }
