@@ -242,6 +242,7 @@ void Trainer::set_threads_and_batch() {
   }
   if (threads > 0) set_num_threads(threads);
   set_conv_algorithm(conv_algorithm_from_name(f_.conv_algo));
+  set_memory_format(memory_format_from_name(f_.memory_format));
   local_batch_ = f_.batch_size;
   if (f_.global_batch > 0) {
     const int64_t per_step = int64_t{world_} * f_.grad_accum;

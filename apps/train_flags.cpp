@@ -130,6 +130,10 @@ void add_execution_flags(CLI::App& app, Flags& f) {
   app.add_option("--conv-algo", f.conv_algo, "CPU convolutions: auto (Winograd where faster: "
                  "oneDNN's in f32, ours in bf16 without AMX) or direct (the plain sum, as PyTorch's)")
       ->capture_default_str()->check(CLI::IsMember(conv_algorithm_names()));
+  app.add_option("--memory-format", f.memory_format, "layout of the activations between layers: "
+                 "nchw, nhwc (channels-last), or auto (channels-last where the convolutions run fastest "
+                 "so: oneDNN on the CPU, 16-bit on CUDA); parameters and checkpoints stay in PyTorch's layout")
+      ->capture_default_str()->check(CLI::IsMember(memory_format_names()));
   app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
                  "(the GPU when one is usable, else the CPU)")->capture_default_str();
   app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "

@@ -25,6 +25,7 @@ struct Flags {
   int warmup_epochs = 0;
   int threads = 0;
   std::string conv_algo = "auto";
+  std::string memory_format = "auto";  // framework/memory_format.h
   std::string precision = "fp32";
   std::string device = "auto", backend = "auto";
   uint64_t seed = 0;

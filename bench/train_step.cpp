@@ -2,7 +2,9 @@
 // CNN) timed phase by phase, side by side with the same step in PyTorch, in one run.
 //
 // ringflow's step is apps/train.cpp's: forward (model + cross_entropy), backward,
-// sgd.step() + sgd.zero_grad(); SGD lr 0.01, momentum 0.9, weight decay 5e-4; synthetic
+// sgd.step() + sgd.zero_grad() (fp16: through a GradScaler, on both sides); SGD lr 0.01,
+// momentum 0.9, weight decay 5e-4; activations in --memory-format (PyTorch's model and input
+// channels_last for nhwc, else its default NCHW); synthetic
 // input (normal) and labels made once per row; times are medians over --steps after
 // --warmup steps, and --rounds alternate ringflow with both PyTorch runs, each keeping its
 // fastest round (other load on the machine then costs one round, not the ratio). GFLOP per step counts the conv and linear layers only: 2 * MACs per image
@@ -56,6 +58,7 @@ struct Flags {
   int warmup = 2;
   int rounds = 2;
   std::string conv_algo = "auto";
+  std::string memory_format = "auto";
   std::string device = "cpu";
   bool tf32 = false;
   bool no_torch = false;
@@ -195,6 +198,8 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
     return Clock::now();
   };
   optim::SGD sgd(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+  std::optional<optim::GradScaler> scaler;  // fp16: apps/train's dynamic loss scaling
+  if (precision == "fp16") scaler.emplace();
 
   // One step; ms[0..2]: forward, backward, optimizer.
   const auto run_step = [&](double* ms) {
@@ -203,16 +208,21 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
       Tensor loss;
       {
         std::optional<AutocastGuard> amp;  // apps/train's --precision
-        if (precision == "bf16") amp.emplace(DType::bf16);
+        if (precision != "fp32") amp.emplace(precision == "bf16" ? DType::bf16 : DType::f16);
         loss = cross_entropy((*model)(x), y);
       }
       const auto forward_end = now();
       ms[0] = ms_between(start, forward_end);
-      loss.backward();
+      (scaler ? scaler->scale(loss) : loss).backward();
       ms[1] = ms_between(forward_end, now());
     }
     const auto t = now();
-    sgd.step();
+    if (scaler) {
+      scaler->step(sgd);
+      scaler->update();
+    } else {
+      sgd.step();
+    }
     sgd.zero_grad();
     ms[2] = ms_between(t, now());
   };
@@ -245,9 +255,10 @@ std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
                                         const std::string& precision, const Flags& f, bool tunable) {
   const std::string cmd = fmt::format(
       "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
-      "--device {}{} --json",
+      "--device {}{} --memory-format {} --json",
       tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
-      batch, precision, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "");
+      batch, precision, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "",
+      f.memory_format == "nhwc" ? "channels_last" : "contiguous");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -300,8 +311,10 @@ std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::
 
 void print_header(double ceiling, const Flags& f) {
   fmt::print("device {}{}  threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, "
-             "best of {} alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
+             "best of {} alternating round(s)  (times: median ms of the best round)  memory format {} "
+             "(PyTorch: {})  convolutions: {}{}\n",
              f.device, f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
+             f.memory_format, f.memory_format == "nhwc" ? "channels_last" : "contiguous",
              f.device == "cpu" ? f.conv_algo : "cuDNN",
              f.device == "cpu" && f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
   fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "prec", "fwd",
@@ -328,6 +341,7 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
                    {"threads", num_threads()},
                    {"device", f.device},
                    {"tf32", f.tf32},
+                   {"memory_format", f.memory_format},
                    {"steps", f.steps},
                    {"warmup", f.warmup},
                    {"rounds", f.rounds},
@@ -354,9 +368,9 @@ int main(int argc, char** argv) {
   CLI::App app{"train_step: ringflow's training step vs PyTorch's (forward, backward, optimizer)"};
   app.add_option("--models", f.models, "models (default: vgg11_cifar resnet18_cifar small_cnn)");
   app.add_option("--batches", f.batches, "batch sizes (default: 64 256 for VGG/ResNet, 256 for small_cnn)");
-  app.add_option("--precision", f.precisions, "fp32 and/or bf16 (autocast, as train --precision; "
-                 "PyTorch under torch.autocast), each a row")->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--precision", f.precisions, "fp32, bf16 and/or fp16 (autocast, as train --precision; "
+                 "fp16 with a grad scaler; PyTorch under torch.autocast), each a row")->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--threads", f.threads, "CPU threads, for both (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--steps", f.steps, "timed steps per row")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed steps first")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -367,6 +381,9 @@ int main(int argc, char** argv) {
                  "faster: oneDNN's in f32, ours in bf16 without AMX) or direct")
       ->capture_default_str()
       ->check(CLI::IsMember(conv_algorithm_names()));
+  app.add_option("--memory-format", f.memory_format, "ringflow's activations between layers (as train "
+                 "--memory-format); PyTorch's model and input are channels_last for nhwc, else contiguous")
+      ->capture_default_str()->check(CLI::IsMember(memory_format_names()));
   app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
@@ -379,6 +396,7 @@ int main(int argc, char** argv) {
   try {
     if (f.threads > 0) set_num_threads(f.threads);
     set_conv_algorithm(conv_algorithm_from_name(f.conv_algo));
+    set_memory_format(memory_format_from_name(f.memory_format));
     const Device device = Device::parse(f.device);
     if (device.is_cuda()) {
       std::string why;
