@@ -9,6 +9,7 @@
 #include "ringflow/kernels/build_info.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_graph.h"
 #include "ringflow/kernels/cuda_memory.h"
 #include "ringflow/kernels/cudnn_choices.h"
 
@@ -82,5 +83,19 @@ void cuda_empty_cache() {}
 void cuda_record_stream(void* /*ptr*/, CudaStream /*stream*/) {
   throw std::runtime_error(std::string("cuda_record_stream: ") + kWhy);
 }
+
+}  // namespace ringflow
+
+namespace ringflow {
+
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph(int device) {
+  throw std::runtime_error("CUDA graph on cuda:" + std::to_string(device) + ": " + kWhy);
+}
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture_begin() {}
+void CudaGraph::capture_end() {}
+void CudaGraph::replay() {}
+bool CudaGraph::captured() const { return false; }
 
 }  // namespace ringflow
