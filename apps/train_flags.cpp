@@ -134,6 +134,9 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "nchw, nhwc (channels-last), or auto (channels-last where the convolutions run fastest "
                  "so: oneDNN on the CPU, 16-bit on CUDA); parameters and checkpoints stay in PyTorch's layout")
       ->capture_default_str()->check(CLI::IsMember(memory_format_names()));
+  app.add_flag("--cuda-graphs", f.cuda_graphs, "capture forward and backward as a CUDA graph after 3 "
+               "steps and replay it (the optimizer stays eager); where a step cannot be captured, one "
+               "line says why and it runs eagerly");
   app.add_option("--device", f.device, "cpu, cuda (each rank its node-local GPU), cuda:N, or auto "
                  "(the GPU when one is usable, else the CPU)")->capture_default_str();
   app.add_option("--backend", f.backend, "process group of the gradients: mpi, nccl (GPU tensors), or auto "

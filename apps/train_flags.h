@@ -26,6 +26,7 @@ struct Flags {
   int threads = 0;
   std::string conv_algo = "auto";
   std::string memory_format = "auto";  // framework/memory_format.h
+  bool cuda_graphs = false;            // forward and backward replayed from a CUDA graph
   std::string precision = "fp32";
   std::string device = "auto", backend = "auto";
   uint64_t seed = 0;

@@ -4,7 +4,9 @@
 // ringflow's step is apps/train.cpp's: forward (model + cross_entropy), backward,
 // sgd.step() + sgd.zero_grad() (fp16: through a GradScaler, on both sides); SGD lr 0.01,
 // momentum 0.9, weight decay 5e-4; activations in --memory-format (PyTorch's model and input
-// channels_last for nhwc, else its default NCHW); synthetic
+// channels_last for nhwc, else its default NCHW; --torch-channels-last adds a PyTorch
+// channels_last column); --cuda-graphs on|both replays ringflow's step from a CUDA graph
+// captured after the warm-up (framework/graphed_step.h; both: a column of its own); synthetic
 // input (normal) and labels made once per row; times are medians over --steps after
 // --warmup steps, and --rounds alternate ringflow with both PyTorch runs, each keeping its
 // fastest round (other load on the machine then costs one round, not the ratio). GFLOP per step counts the conv and linear layers only: 2 * MACs per image
@@ -59,6 +61,8 @@ struct Flags {
   int rounds = 2;
   std::string conv_algo = "auto";
   std::string memory_format = "auto";
+  std::string cuda_graphs = "off";
+  bool torch_channels_last = false;
   std::string device = "cpu";
   bool tf32 = false;
   bool no_torch = false;
@@ -176,7 +180,7 @@ struct Phases {
 };
 
 Phases time_ringflow(const std::string& name, int64_t batch, const std::string& precision,
-                     const Flags& f) {
+                     const Flags& f, bool graphs) {
   const Device device = Device::parse(f.device);
   Generator gen(0);
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
@@ -226,6 +230,40 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
     sgd.zero_grad();
     ms[2] = ms_between(t, now());
   };
+  if (graphs) {
+    // Forward and backward captured, and SGD's step too unless a grad scaler reads its inf
+    // flag on the host (then the step runs eagerly after each replay); only whole steps timed.
+    const bool whole = !scaler;
+    const int warmup = std::max(f.warmup, 1);  // SGD's momentum buffers exist before the capture
+    GraphedStep graphed(
+        device, warmup,
+        [&] {
+          Tensor loss;
+          {
+            std::optional<AutocastGuard> amp;
+            if (precision != "fp32") amp.emplace(precision == "bf16" ? DType::bf16 : DType::f16);
+            loss = cross_entropy((*model)(x), y);
+          }
+          (scaler ? scaler->scale(loss) : loss).backward();
+          if (whole) {
+            sgd.step();
+            sgd.zero_grad();
+          }
+        },
+        model->parameters(), [](const std::string& line) { fmt::print("{}\n", line); });
+    std::vector<double> step;
+    for (int i = 0; i <= warmup + f.steps; ++i) {  // call `warmup` captures: not timed
+      const auto start = now();
+      graphed.run();
+      if (!whole) {
+        scaler->step(sgd);
+        scaler->update();
+        sgd.zero_grad();
+      }
+      if (i > warmup) step.push_back(ms_between(start, now()));
+    }
+    return {NAN, NAN, NAN, median(step)};
+  }
   std::vector<double> fwd, bwd, opt, step;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const auto start = now();
@@ -252,13 +290,14 @@ Phases time_ringflow(const std::string& name, int64_t batch, const std::string& 
 
 // bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
 std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
-                                        const std::string& precision, const Flags& f, bool tunable) {
+                                        const std::string& precision, const Flags& f, bool tunable,
+                                        bool channels_last) {
   const std::string cmd = fmt::format(
       "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
       "--device {}{} --memory-format {} --json",
       tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
       batch, precision, num_threads(), f.steps, f.warmup, f.device, f.tf32 ? " --tf32" : "",
-      f.memory_format == "nhwc" ? "channels_last" : "contiguous");
+      channels_last ? "channels_last" : "contiguous");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -289,7 +328,8 @@ struct Row {
   std::string precision;
   double gflop = 0;  // per step, forward + backward
   Phases rf;
-  std::optional<nlohmann::json> torch, torch_tunable;
+  double graphed_ms = NAN;  // --cuda-graphs both: ringflow's step replayed from a graph
+  std::optional<nlohmann::json> torch, torch_tunable, torch_cl;
 };
 
 double torch_step_ms(const std::optional<nlohmann::json>& j) {
@@ -308,6 +348,9 @@ double best_torch_ms(const Row& r) {
 }
 
 std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::format("{:.1f}", ms); }
+std::string fmt_ratio(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::string("-") : fmt::format("{:.3f}", a / b);
+}
 
 void print_header(double ceiling, const Flags& f) {
   fmt::print("device {}{}  threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, "
@@ -317,18 +360,25 @@ void print_header(double ceiling, const Flags& f) {
              f.memory_format, f.memory_format == "nhwc" ? "channels_last" : "contiguous",
              f.device == "cpu" ? f.conv_algo : "cuDNN",
              f.device == "cpu" && f.conv_algo == "auto" ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
-  fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "prec", "fwd",
+  fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}", "model", "batch", "prec", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
+  if (f.cuda_graphs == "both") fmt::print(" | {:>9} {:>8}", "graphed", "g/best");
+  if (f.torch_channels_last) fmt::print(" | {:>9} {:>8}", "torch cl", "rf/cl");
+  fmt::print("\n");
 }
 
-void print_row(const Row& r, double ceiling) {
+void print_row(const Row& r, double ceiling, const Flags& f) {
   const double g = r.gflop / (r.rf.step / 1e3);
   const double best = best_torch_ms(r);
-  fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
+  fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}",
              r.model, r.batch, r.precision, r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
              r.batch / (r.rf.step / 1e3), g, 100 * g / ceiling, fmt_ms(torch_step_ms(r.torch)),
              fmt_ms(torch_step_ms(r.torch_tunable)),
              std::isnan(best) ? std::string("-") : fmt::format("{:.3f}", r.rf.step / best));
+  if (f.cuda_graphs == "both") fmt::print(" | {:>9} {:>8}", fmt_ms(r.graphed_ms), fmt_ratio(r.graphed_ms, best));
+  if (f.torch_channels_last)
+    fmt::print(" | {:>9} {:>8}", fmt_ms(torch_step_ms(r.torch_cl)), fmt_ratio(r.rf.step, torch_step_ms(r.torch_cl)));
+  fmt::print("\n");
   std::fflush(stdout);
 }
 
@@ -342,6 +392,9 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
                    {"device", f.device},
                    {"tf32", f.tf32},
                    {"memory_format", f.memory_format},
+                   {"cuda_graphs", f.cuda_graphs},
+                   {"graphed_step_ms", std::isnan(r.graphed_ms) ? nlohmann::json() : nlohmann::json(r.graphed_ms)},
+                   {"torch_channels_last", r.torch_cl ? *r.torch_cl : nlohmann::json()},
                    {"steps", f.steps},
                    {"warmup", f.warmup},
                    {"rounds", f.rounds},
@@ -384,6 +437,11 @@ int main(int argc, char** argv) {
   app.add_option("--memory-format", f.memory_format, "ringflow's activations between layers (as train "
                  "--memory-format); PyTorch's model and input are channels_last for nhwc, else contiguous")
       ->capture_default_str()->check(CLI::IsMember(memory_format_names()));
+  app.add_option("--cuda-graphs", f.cuda_graphs, "ringflow's step captured as a CUDA graph after the warm-up "
+                 "and replayed (on: instead of eager steps; both: a column of its own)")
+      ->capture_default_str()->check(CLI::IsMember({"off", "on", "both"}));
+  app.add_flag("--torch-channels-last", f.torch_channels_last, "also PyTorch with model and input "
+               "channels_last: a column of its own");
   app.add_option("--device", f.device, "cpu, cuda or cuda:N, for both")->capture_default_str();
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
@@ -433,14 +491,20 @@ int main(int argc, char** argv) {
         // Rounds alternate the contenders so that a burst of other load hits one round of
         // each rather than all of one; each keeps its fastest round.
         for (int round = 0; round < f.rounds; ++round) {
-          const Phases rf = time_ringflow(m, b, prec, f);
+          const Phases rf = time_ringflow(m, b, prec, f, /*graphs=*/f.cuda_graphs == "on");
           if (round == 0 || rf.step < r.rf.step) r.rf = rf;
+          if (f.cuda_graphs == "both") {
+            const double g = time_ringflow(m, b, prec, f, /*graphs=*/true).step;
+            if (std::isnan(r.graphed_ms) || g < r.graphed_ms) r.graphed_ms = g;
+          }
           if (f.no_torch) continue;
-          keep_faster(r.torch, run_torch(m, b, prec, f, false));
+          const bool cl = f.memory_format == "nhwc";
+          keep_faster(r.torch, run_torch(m, b, prec, f, false, cl));
           // glibc's malloc settings matter for PyTorch's CPU tensors, not for CUDA's allocator.
-          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true));
+          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true, cl));
+          if (f.torch_channels_last) keep_faster(r.torch_cl, run_torch(m, b, prec, f, false, true));
         }
-        f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
+        f.json ? print_json(r, ceiling, f) : print_row(r, ceiling, f);
       }
     }
   } catch (const std::exception& e) {

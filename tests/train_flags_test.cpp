@@ -453,3 +453,18 @@ TEST_CASE("train --memory-format: the same step in every layout; checkpoints in 
   CHECK(bad.status > 0);
   CHECK(contains(bad.output, "--memory-format: channels_last not in {auto,nchw,nhwc}"));
 }
+
+TEST_CASE("train --cuda-graphs: where a step cannot be captured, one line says why and it trains eagerly") {
+  const std::string line = "cuda graphs: the step is not captured (";
+  const Result cpu = run_train("--model mlp -b 8 -j 0 --max-iters 6 --device cpu --cuda-graphs" + kShort);
+  INFO(cpu.output);
+  CHECK(cpu.status == 0);
+  CHECK(count(cpu.output, line) == 1);
+  CHECK(contains(cpu.output, line + "CUDA graphs need a CUDA device, not cpu); it runs eagerly"));
+  CHECK(contains(cpu.output, "Iteration [6/6]"));
+  const Result accum = run_train("--model mlp -b 8 -j 0 --max-iters 2 --grad-accum 2 --cuda-graphs" + kShort);
+  CHECK(accum.status == 0);
+  CHECK(contains(accum.output, line + "--grad-accum: a step's micro-batches accumulate their gradients)"));
+  const Result plain = run_train("--model mlp -b 8 -j 0 --max-iters 2" + kShort);
+  CHECK(count(plain.output, line) == 0);
+}
