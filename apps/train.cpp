@@ -159,6 +159,9 @@ class Trainer {
   void set_steps();
   void print_header() const;
   StepRecord step();
+  Tensor forward_and_loss(const Tensor& images, const Tensor& labels, bool last, Tensor& loss);
+  void make_graphed_step();
+  bool graphed();
   EpochStats train_epoch(int64_t epoch);
   void log_iteration(EpochStats& s, int64_t epoch, int64_t step, const StepRecord& r);
   void report_bucket_tuning();
@@ -200,6 +203,11 @@ class Trainer {
   bool tuning_reported_ = false;
   std::string placement_;       // --comm-thread-cpu: what this rank did, for the header
   data::Batch batch_;           // reused from step to step
+  // --cuda-graphs: the captured forward and backward, its inputs and what it computed.
+  static constexpr int kGraphWarmup = 3;  // eager steps first: cuDNN's searches, the optimizer's state
+  bool graph_tried_ = false;
+  std::unique_ptr<GraphedStep> graphed_;
+  Tensor graph_images_, graph_labels_, graph_logits_, graph_loss_;
   double window_loss_ = 0;      // this rank's loss since the last logged iteration
   int64_t window_ = 0;
 };
@@ -252,6 +260,7 @@ void Trainer::set_threads_and_batch() {
   }
   if (threads > 0) set_num_threads(threads);
   set_conv_algorithm(f_.conv_algo);
+  set_memory_format(f_.memory_format);
   local_batch_ = f_.batch_size;
   if (f_.global_batch > 0) {
     const int64_t per_step = int64_t{world_} * f_.grad_accum;
@@ -457,6 +466,53 @@ void Trainer::print_header() const {
     fmt::print("--comm-thread-cpu {} on rank 0: {}\n", flag_name(f_.comm_thread_cpu), placement_);
 }
 
+// The model's logits for a micro-batch, and its loss (under --precision's autocast).
+Tensor Trainer::forward_and_loss(const Tensor& images, const Tensor& labels, bool last, Tensor& loss) {
+  std::optional<AutocastGuard> amp;
+  if (f_.precision != DType::f32) amp.emplace(f_.precision);
+  Tensor logits = sync_->forward(images, last);
+  loss = cross_entropy(logits, labels, Reduction::mean, f_.label_smoothing);
+  return logits;
+}
+
+// What keeps --cuda-graphs from capturing a step, in words; empty when nothing known does.
+std::string cuda_graph_blocker(const Flags& f, SyncMode mode) {
+  if (mode == SyncMode::ddp) return "--sync ddp reduces the gradients on its communication thread during backward";
+  if (f.grad_accum > 1) return "--grad-accum: a step's micro-batches accumulate their gradients";
+  return {};
+}
+
+// --cuda-graphs: forward and backward captured after kGraphWarmup eager steps and replayed on
+// the batch copied into the graph's own tensors (framework/graphed_step.h); the optimizer,
+// the gradient sync and the checks stay eager. Where it cannot, one line says why.
+void Trainer::make_graphed_step() {
+  const auto say = [this](const std::string& line) {
+    if (lead_) fmt::print("{}\n", line);
+  };
+  if (const std::string why = cuda_graph_blocker(f_, mode_); !why.empty())
+    return say(fmt::format("cuda graphs: the step is not captured ({}); it runs eagerly", why));
+  graph_images_ = batch_.images.clone();
+  graph_labels_ = batch_.labels.clone();
+  graphed_ = std::make_unique<GraphedStep>(
+      setup_.device.device, kGraphWarmup,
+      [this] {
+        graph_logits_ = forward_and_loss(graph_images_, graph_labels_, /*last=*/true, graph_loss_);
+        (scaler_ ? scaler_->scale(graph_loss_) : graph_loss_).backward();
+      },
+      model_->parameters(), say);
+}
+
+// Whether this micro-batch runs through the graphed step: one of the captured shape.
+bool Trainer::graphed() {
+  if (!f_.cuda_graphs) return false;
+  if (!graph_tried_) {
+    graph_tried_ = true;
+    make_graphed_step();
+  }
+  return graphed_ && graphed_->state() != GraphedStep::State::eager &&
+         batch_.images.shape() == graph_images_.shape() && batch_.labels.shape() == graph_labels_.shape();
+}
+
 // One optimizer step over --grad-accum micro-batches; the record says how it went.
 StepRecord Trainer::step() {
   const StepMetrics& m = step_metrics();
@@ -476,15 +532,22 @@ StepRecord Trainer::step() {
     batch_ = (*to_device_)(batch_);  // on a GPU: queued behind the previous step's kernels
     t[1] = Clock::now();
     Tensor logits, loss;
-    {
-      std::optional<AutocastGuard> amp;
-      if (f_.precision != DType::f32) amp.emplace(f_.precision);
-      logits = sync_->forward(batch_.images, last);
-      loss = cross_entropy(logits, batch_.labels, Reduction::mean, f_.label_smoothing);
+    if (graphed()) {  // forward and backward in one replay: its time is backward's
+      {
+        NoGradGuard no_grad;
+        graph_images_.copy_(batch_.images);
+        graph_labels_.copy_(batch_.labels);
+      }
+      t[2] = Clock::now();
+      graphed_->run();
+      logits = graph_logits_;
+      loss = graph_loss_;
+    } else {
+      logits = forward_and_loss(batch_.images, batch_.labels, last, loss);
+      t[2] = Clock::now();
+      Tensor objective = f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss;
+      (scaler_ ? scaler_->scale(objective) : objective).backward();
     }
-    t[2] = Clock::now();
-    Tensor objective = f_.grad_accum > 1 ? div(loss, static_cast<double>(f_.grad_accum)) : loss;
-    (scaler_ ? scaler_->scale(objective) : objective).backward();
     t[3] = Clock::now();
     sync_->after_backward(last);
     t[4] = Clock::now();

@@ -125,6 +125,13 @@ void add_execution_flags(CLI::App& app, Flags& f) {
   add_choice(app, "--conv-algo", f.conv_algo, conv_algorithm_choices(), "CPU convolutions: auto "
              "(Winograd where faster: oneDNN's in f32, ours in bf16 without AMX) or direct (the "
              "plain sum, as PyTorch's)");
+  add_choice(app, "--memory-format", f.memory_format, memory_format_choices(), "layout of the "
+             "activations between layers: nchw, nhwc (channels-last), or auto (channels-last where the "
+             "convolutions run fastest so: oneDNN on the CPU, 16-bit on CUDA); parameters and "
+             "checkpoints stay in PyTorch's layout");
+  app.add_flag("--cuda-graphs", f.cuda_graphs, "capture forward and backward as a CUDA graph after 3 "
+               "steps and replay it (the optimizer stays eager); where a step cannot be captured, one "
+               "line says why and it runs eagerly");
   app.add_option_function<std::string>(
          "--device", [&f](const std::string& v) { f.device = parse_device_flag(v); },
          "cpu, cuda (each rank its node-local GPU), cuda:N, or auto (the GPU when one is usable, "
@@ -411,6 +418,11 @@ const Choices<DType>& precision_choices() {
 const Choices<ConvAlgorithm>& conv_algorithm_choices() {
   static const Choices<ConvAlgorithm> c{{"auto", ConvAlgorithm::automatic},
                                         {"direct", ConvAlgorithm::direct}};
+  return c;
+}
+
+const Choices<MemoryFormat>& memory_format_choices() {
+  static const Choices<MemoryFormat> c = choices_from(kMemoryFormats, memory_format_name);
   return c;
 }
 

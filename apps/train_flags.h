@@ -18,6 +18,7 @@
 #include "ringflow/comm/group/launch_group.h"
 #include "ringflow/framework/data/image_transform.h"
 #include "ringflow/framework/data/partition.h"
+#include "ringflow/framework/memory_format.h"
 #include "ringflow/kernels/backend.h"
 
 namespace ringflow::apps {
@@ -46,6 +47,7 @@ const Choices<comm::CommHookKind>& comm_hook_choices();
 const Choices<comm::AverageTopology>& fed_topology_choices();
 const Choices<DType>& precision_choices();  // fp32, bf16, fp16 (--precision, --comm-precision)
 const Choices<ConvAlgorithm>& conv_algorithm_choices();
+const Choices<MemoryFormat>& memory_format_choices();
 const Choices<data::TransformPreset>& transform_choices();
 
 const std::string& flag_name(OptimizerKind v);
@@ -80,6 +82,8 @@ struct Flags {
   DType precision = DType::f32;
   DeviceFlag device;
   BackendKind backend = BackendKind::automatic;
+  MemoryFormat memory_format = MemoryFormat::automatic;  // framework/memory_format.h
+  bool cuda_graphs = false;  // forward and backward replayed from a CUDA graph
   uint64_t seed = 0;
   int log_every = 20;
   int64_t max_iters = 0;

@@ -7,11 +7,13 @@ once with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=687
 Models: tests/fixtures/torch_models.py (the definitions ringflow's models are checked
 against). Step: forward (model + cross_entropy), backward, SGD (lr 0.01, momentum 0.9,
 weight decay 5e-4) step + zero_grad(set_to_none=True), as ringflow's zero_grad; synthetic
-normal input and random labels made once; PyTorch's default NCHW layout. Times are medians
+normal input and random labels made once; PyTorch's default NCHW layout, or channels_last
+for the model and the input (--memory-format channels_last). Times are medians
 (ms) over --steps after --warmup. On a GPU (--device cuda) each phase ends with a device
 synchronisation, as in ringflow's; --tf32 sets both cuBLAS's and cuDNN's TF32 switches
-(otherwise both are off), and cudnn.benchmark is on. --precision bf16 runs forward and the
-loss under torch.autocast to bfloat16 (backward outside it), as ringflow's --precision bf16.
+(otherwise both are off), and cudnn.benchmark is on. --precision bf16 (fp16) runs forward and
+the loss under torch.autocast to bfloat16 (float16; with a GradScaler), backward outside it,
+as ringflow's --precision.
 """
 import argparse
 import json
@@ -49,8 +51,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON object")
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                    help="bf16: forward and loss under torch.autocast(dtype=torch.bfloat16)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="bf16/fp16: forward and loss under torch.autocast to that dtype; fp16 "
+                         "with torch.amp.GradScaler")
+    ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
+                    help="the model's and the input's (torch.channels_last: NHWC activations)")
     ap.add_argument("--tf32", action="store_true",
                     help="CUDA: f32 matmuls and convolutions on TF32 tensor cores")
     args = ap.parse_args()
@@ -71,21 +76,31 @@ def main():
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     make, shape = MODELS[args.model]
-    model = make().to(device)
+    layout = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format
+    model = make().to(device, memory_format=layout)
     model.train()
-    x = torch.randn(args.batch, *shape).to(device)
+    x = torch.randn(args.batch, *shape).to(device).contiguous(memory_format=layout)
     y = torch.randint(0, 10, (args.batch,)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = None
+    if args.precision == "fp16":  # torch.amp.GradScaler from 2.3 on; torch.cuda.amp's before
+        scaler = (torch.amp.GradScaler(device.type) if hasattr(torch.amp, "GradScaler")
+                  else torch.cuda.amp.GradScaler())
 
     fwd, bwd, optim, step = [], [], [], []
     for i in range(args.warmup + args.steps):
         t0 = now()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+        with torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None):
             loss = F.cross_entropy(model(x), y)
         t1 = now()
-        loss.backward()
+        (scaler.scale(loss) if scaler else loss).backward()
         t2 = now()
-        opt.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         opt.zero_grad(set_to_none=True)
         t3 = now()
         del loss
@@ -98,6 +113,7 @@ def main():
     med = statistics.median_high  # the upper middle, as ringflow's median of an even count
     out = {"model": args.model, "batch": args.batch, "threads": torch.get_num_threads(),
            "device": str(device), "tf32": args.tf32, "precision": args.precision,
+           "memory_format": args.memory_format,
            "torch": torch.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
            "forward_ms": med(fwd), "backward_ms": med(bwd), "optimizer_ms": med(optim),
            "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3)}

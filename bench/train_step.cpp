@@ -2,7 +2,11 @@
 // CNN) timed phase by phase, side by side with the same step in PyTorch, in one run.
 //
 // ringflow's step is apps/train.cpp's: forward (model + cross_entropy), backward,
-// sgd.step() + sgd.zero_grad(); SGD lr 0.01, momentum 0.9, weight decay 5e-4; synthetic
+// sgd.step() + sgd.zero_grad() (fp16: through a GradScaler, on both sides); SGD lr 0.01,
+// momentum 0.9, weight decay 5e-4; activations in --memory-format (PyTorch's model and input
+// channels_last for nhwc, else its default NCHW; --torch-channels-last adds a PyTorch
+// channels_last column); --cuda-graphs on|both replays ringflow's step from a CUDA graph
+// captured after the warm-up (framework/graphed_step.h; both: a column of its own); synthetic
 // input (normal) and labels made once per row; times are medians over --steps after
 // --warmup steps, and --rounds alternate ringflow with both PyTorch runs, each keeping its
 // fastest round (other load on the machine then costs one round, not the ratio). GFLOP per step counts the conv and linear layers only: 2 * MACs per image
@@ -48,6 +52,11 @@ namespace {
 
 constexpr const char* kTunable = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736";
 
+// --cuda-graphs: ringflow's step eager, replayed from a graph, or both (a column of its own).
+enum class CudaGraphs { off, on, both };
+const ringflow::apps::Choices<CudaGraphs> kCudaGraphs = {
+    {"off", CudaGraphs::off}, {"on", CudaGraphs::on}, {"both", CudaGraphs::both}};
+
 struct Flags {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
@@ -58,6 +67,9 @@ struct Flags {
   int rounds = 2;
   ConvAlgorithm conv_algo = ConvAlgorithm::automatic;
   Device device = Device::cpu();
+  MemoryFormat memory_format = MemoryFormat::automatic;
+  CudaGraphs cuda_graphs = CudaGraphs::off;
+  bool torch_channels_last = false;
   bool tf32 = false;
   bool no_torch = false;
   bool profile_ops = false;
@@ -174,11 +186,11 @@ struct Phases {
 };
 
 // --precision's names, as train's and bench/torch_reference.py's.
-const ringflow::apps::Choices<DType> kPrecisions = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
+const ringflow::apps::Choices<DType> kPrecisions = {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}};
 
 const std::string& precision_name(DType precision) { return ringflow::apps::name_of(kPrecisions, precision); }
 
-Phases time_ringflow(const std::string& name, int64_t batch, DType precision, const Flags& f) {
+Phases time_ringflow(const std::string& name, int64_t batch, DType precision, const Flags& f, bool graphs) {
   const Device device = f.device;
   Generator gen(0);
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
@@ -200,6 +212,8 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
     return Clock::now();
   };
   optim::SGD sgd(model->parameters(), {.lr = 0.01, .momentum = 0.9, .weight_decay = 5e-4});
+  std::optional<optim::GradScaler> scaler;  // fp16: apps/train's dynamic loss scaling
+  if (precision == DType::f16) scaler.emplace();
 
   // One step; ms[0..2]: forward, backward, optimizer.
   const auto run_step = [&](double* ms) {
@@ -213,14 +227,53 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
       }
       const auto forward_end = now();
       ms[0] = ms_between(start, forward_end);
-      loss.backward();
+      (scaler ? scaler->scale(loss) : loss).backward();
       ms[1] = ms_between(forward_end, now());
     }
     const auto t = now();
-    sgd.step();
+    if (scaler) {
+      scaler->step(sgd);
+      scaler->update();
+    } else {
+      sgd.step();
+    }
     sgd.zero_grad();
     ms[2] = ms_between(t, now());
   };
+  if (graphs) {
+    // Forward and backward captured, and SGD's step too unless a grad scaler reads its inf
+    // flag on the host (then the step runs eagerly after each replay); only whole steps timed.
+    const bool whole = !scaler;
+    const int warmup = std::max(f.warmup, 1);  // SGD's momentum buffers exist before the capture
+    GraphedStep graphed(
+        device, warmup,
+        [&] {
+          Tensor loss;
+          {
+            std::optional<AutocastGuard> amp;
+            if (precision != DType::f32) amp.emplace(precision);
+            loss = cross_entropy((*model)(x), y);
+          }
+          (scaler ? scaler->scale(loss) : loss).backward();
+          if (whole) {
+            sgd.step();
+            sgd.zero_grad();
+          }
+        },
+        model->parameters(), [](const std::string& line) { fmt::print("{}\n", line); });
+    std::vector<double> step;
+    for (int i = 0; i <= warmup + f.steps; ++i) {  // call `warmup` captures: not timed
+      const auto start = now();
+      graphed.run();
+      if (!whole) {
+        scaler->step(sgd);
+        scaler->update();
+        sgd.zero_grad();
+      }
+      if (i > warmup) step.push_back(ms_between(start, now()));
+    }
+    return {NAN, NAN, NAN, median(step)};
+  }
   std::vector<double> fwd, bwd, opt, step;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const auto start = now();
@@ -247,13 +300,15 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
 
 // bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
 std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
-                                        DType precision, const Flags& f, bool tunable) {
+                                        DType precision, const Flags& f, bool tunable,
+                                        bool channels_last) {
   const std::string cmd = fmt::format(
       "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
-      "--device {}{} --json",
+      "--device {}{} --memory-format {} --json",
       tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
       batch, precision_name(precision), num_threads(), f.steps, f.warmup, f.device.str(),
-      f.tf32 ? " --tf32" : "");
+      f.tf32 ? " --tf32" : "",
+      channels_last ? "channels_last" : "contiguous");
   std::fflush(stdout);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
@@ -284,7 +339,8 @@ struct Row {
   DType precision = DType::f32;
   double gflop = 0;  // per step, forward + backward
   Phases rf;
-  std::optional<nlohmann::json> torch, torch_tunable;
+  double graphed_ms = NAN;  // --cuda-graphs both: ringflow's step replayed from a graph
+  std::optional<nlohmann::json> torch, torch_tunable, torch_cl;
 };
 
 double torch_step_ms(const std::optional<nlohmann::json>& j) {
@@ -303,26 +359,38 @@ double best_torch_ms(const Row& r) {
 }
 
 std::string fmt_ms(double ms) { return std::isnan(ms) ? std::string("-") : fmt::format("{:.1f}", ms); }
+std::string fmt_ratio(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? std::string("-") : fmt::format("{:.3f}", a / b);
+}
 
 void print_header(double ceiling, const Flags& f) {
   fmt::print("device {}{}  threads {}  ceiling (raw oneDNN dnnl_sgemm 2048^3) {:.0f} GFLOP/s  steps {} after warmup {}, "
-             "best of {} alternating round(s)  (times: median ms of the best round)  convolutions: {}{}\n",
+             "best of {} alternating round(s)  (times: median ms of the best round)  memory format {} "
+             "(PyTorch: {})  convolutions: {}{}\n",
              f.device.str(), f.tf32 ? " (TF32 allowed)" : "", num_threads(), ceiling, f.steps, f.warmup, f.rounds,
+             memory_format_name(f.memory_format), f.memory_format == MemoryFormat::nhwc ? "channels_last" : "contiguous",
              f.device.is_cpu() ? conv_algorithm_name(f.conv_algo) : "cuDNN",
              f.device.is_cpu() && f.conv_algo == ConvAlgorithm::automatic
                  ? " (GFLOP/s counts direct-convolution FLOPs)" : "");
-  fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}\n", "model", "batch", "prec", "fwd",
+  fmt::print("{:<15} {:>5} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>6} | {:>10} {:>10} {:>7}", "model", "batch", "prec", "fwd",
              "bwd", "optim", "step", "img/s", "GFLOP/s", "%ceil", "torch", "torch+tun", "rf/best");
+  if (f.cuda_graphs == CudaGraphs::both) fmt::print(" | {:>9} {:>8}", "graphed", "g/best");
+  if (f.torch_channels_last) fmt::print(" | {:>9} {:>8}", "torch cl", "rf/cl");
+  fmt::print("\n");
 }
 
-void print_row(const Row& r, double ceiling) {
+void print_row(const Row& r, double ceiling, const Flags& f) {
   const double g = r.gflop / (r.rf.step / 1e3);
   const double best = best_torch_ms(r);
-  fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}\n",
+  fmt::print("{:<15} {:>5} {:>5} {:>8.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.0f} {:>8.1f} {:>5.0f}% | {:>10} {:>10} {:>7}",
              r.model, r.batch, precision_name(r.precision), r.rf.forward, r.rf.backward, r.rf.optimizer, r.rf.step,
              r.batch / (r.rf.step / 1e3), g, 100 * g / ceiling, fmt_ms(torch_step_ms(r.torch)),
              fmt_ms(torch_step_ms(r.torch_tunable)),
              std::isnan(best) ? std::string("-") : fmt::format("{:.3f}", r.rf.step / best));
+  if (f.cuda_graphs == CudaGraphs::both) fmt::print(" | {:>9} {:>8}", fmt_ms(r.graphed_ms), fmt_ratio(r.graphed_ms, best));
+  if (f.torch_channels_last)
+    fmt::print(" | {:>9} {:>8}", fmt_ms(torch_step_ms(r.torch_cl)), fmt_ratio(r.rf.step, torch_step_ms(r.torch_cl)));
+  fmt::print("\n");
   std::fflush(stdout);
 }
 
@@ -335,6 +403,10 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
                    {"threads", num_threads()},
                    {"device", f.device.str()},
                    {"tf32", f.tf32},
+                   {"memory_format", memory_format_name(f.memory_format)},
+                   {"cuda_graphs", ringflow::apps::name_of(kCudaGraphs, f.cuda_graphs)},
+                   {"graphed_step_ms", std::isnan(r.graphed_ms) ? nlohmann::json() : nlohmann::json(r.graphed_ms)},
+                   {"torch_channels_last", r.torch_cl ? *r.torch_cl : nlohmann::json()},
                    {"steps", f.steps},
                    {"warmup", f.warmup},
                    {"rounds", f.rounds},
@@ -361,8 +433,8 @@ int main(int argc, char** argv) {
   CLI::App app{"train_step: ringflow's training step vs PyTorch's (forward, backward, optimizer)"};
   app.add_option("--models", f.models, "models (default: vgg11_cifar resnet18_cifar small_cnn)");
   app.add_option("--batches", f.batches, "batch sizes (default: 64 256 for VGG/ResNet, 256 for small_cnn)");
-  app.add_option("--precision", f.precisions, "fp32 and/or bf16 (autocast, as train --precision; "
-                 "PyTorch under torch.autocast), each a row")->default_str("fp32")
+  app.add_option("--precision", f.precisions, "fp32, bf16 and/or fp16 (autocast, as train --precision; "
+                 "fp16 with a grad scaler; PyTorch under torch.autocast), each a row")->default_str("fp32")
       ->transform(ringflow::apps::choice_of(kPrecisions));
   app.add_option("--threads", f.threads, "CPU threads, for both (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--steps", f.steps, "timed steps per row")->capture_default_str()->check(CLI::PositiveNumber);
@@ -386,6 +458,15 @@ int main(int argc, char** argv) {
          },
          "cpu, cuda or cuda:N, for both")
       ->default_str("cpu");
+  ringflow::apps::add_choice(app, "--memory-format", f.memory_format,
+                             ringflow::apps::choices_from(kMemoryFormats, memory_format_name),
+                             "ringflow's activations between layers (as train --memory-format); PyTorch's "
+                             "model and input are channels_last for nhwc, else contiguous");
+  ringflow::apps::add_choice(app, "--cuda-graphs", f.cuda_graphs, kCudaGraphs,
+                             "ringflow's step captured as a CUDA graph after the warm-up and replayed "
+                             "(on: instead of eager steps; both: a column of its own)");
+  app.add_flag("--torch-channels-last", f.torch_channels_last, "also PyTorch with model and input "
+               "channels_last: a column of its own");
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
@@ -397,6 +478,7 @@ int main(int argc, char** argv) {
   try {
     if (f.threads > 0) set_num_threads(f.threads);
     set_conv_algorithm(f.conv_algo);
+    set_memory_format(f.memory_format);
     const Device device = f.device;
     if (device.is_cuda()) {
       std::string why;
@@ -433,14 +515,20 @@ int main(int argc, char** argv) {
         // Rounds alternate the contenders so that a burst of other load hits one round of
         // each rather than all of one; each keeps its fastest round.
         for (int round = 0; round < f.rounds; ++round) {
-          const Phases rf = time_ringflow(m, b, prec, f);
+          const Phases rf = time_ringflow(m, b, prec, f, /*graphs=*/f.cuda_graphs == CudaGraphs::on);
           if (round == 0 || rf.step < r.rf.step) r.rf = rf;
+          if (f.cuda_graphs == CudaGraphs::both) {
+            const double g = time_ringflow(m, b, prec, f, /*graphs=*/true).step;
+            if (std::isnan(r.graphed_ms) || g < r.graphed_ms) r.graphed_ms = g;
+          }
           if (f.no_torch) continue;
-          keep_faster(r.torch, run_torch(m, b, prec, f, false));
+          const bool cl = f.memory_format == MemoryFormat::nhwc;
+          keep_faster(r.torch, run_torch(m, b, prec, f, false, cl));
           // glibc's malloc settings matter for PyTorch's CPU tensors, not for CUDA's allocator.
-          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true));
+          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true, cl));
+          if (f.torch_channels_last) keep_faster(r.torch_cl, run_torch(m, b, prec, f, false, true));
         }
-        f.json ? print_json(r, ceiling, f) : print_row(r, ceiling);
+        f.json ? print_json(r, ceiling, f) : print_row(r, ceiling, f);
       }
     }
   } catch (const std::exception& e) {

@@ -44,6 +44,7 @@ class Node {
   virtual std::string name() const = 0;
   // Frees saved tensors after a backward pass without retain_graph.
   virtual void release() {}
+  virtual bool released() const { return false; }
 
   std::vector<Edge> next_edges;
   std::vector<Shape> input_shapes;  // expected gradient shape per next edge
@@ -59,6 +60,7 @@ class FunctionNode : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   std::string name() const override { return name_; }
   void release() override { fn_ = nullptr; }
+  bool released() const override { return !fn_; }
 
  private:
   std::string name_;

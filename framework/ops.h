@@ -145,10 +145,20 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p);
 
 // --- normalisation, activations, dropout (ops/norm.cpp, ops/activation.cpp)
 // PyTorch's F.batch_norm: in training, normalises with the batch statistics and updates
-// running_mean/running_var (if defined) in place with momentum; in eval uses them.
+// running_mean/running_var (if defined) in place with momentum; in eval uses them. The
+// nn::BatchNorm2d module's bookkeeping too: num_batches_tracked (an i64 scalar, may be
+// undefined) is counted in training, on the tensors' device (no host round trip), and
+// momentum < 0 then means PyTorch's momentum=None (a cumulative average, 1 / count).
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training,
-                  double momentum = 0.1, double eps = 1e-5);
+                  double momentum = 0.1, double eps = 1e-5, const Tensor& num_batches_tracked = {});
+// batch_norm, then relu(y + residual) (residual, of x's shape, may be undefined): the tail of
+// VGG's and ResNet's blocks as one op, in the kernels of backend.h's batch_norm_relu_* where
+// the device's table has them (training, residual of x's dtype), composed of batch_norm, add
+// and relu otherwise.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, const Tensor& residual = {}, const Tensor& num_batches_tracked = {});
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);

@@ -4,6 +4,8 @@
 #include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/graphed_step.h"
+#include "ringflow/framework/memory_format.h"
 #include "ringflow/framework/ops.h"
 #include "ringflow/framework/random.h"
 #include "ringflow/framework/tensor.h"

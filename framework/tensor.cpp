@@ -302,15 +302,25 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
 
 namespace {
 
-// A differentiable copy into `out` (already allocated, same shape).
+// A differentiable copy into `out` (already allocated, same shape). The gradient goes back
+// in src's dtype, on its device, and, for a dense src, in its layout (one kernel): a
+// parameter's gradient keeps the parameter's layout whatever its copies' (PyTorch's
+// gradient layout contract), so that the optimizer's fused step takes it, and lands in its
+// gradient buffer where offered (Note [Gradient buffers]: an autocast cast's backward).
 Tensor copy_into(const Tensor& src, Tensor out, const char* name) {
   {
     NoGradGuard no_grad;
     out.copy_(src);
   }
   if (grad_needed({src}))
-    record(name, {src}, out, [dtype = src.dtype(), device = src.device()](const Tensor& g) {
-      return std::vector<Tensor>{g.to(dtype).to(device)};
+    record(name, {src}, out, [dtype = src.dtype(), device = src.device(), contiguous = src.is_contiguous(),
+                              cl = src.is_channels_last() && !src.is_contiguous()](const Tensor& g) {
+      if (g.device() != device || (!contiguous && !cl)) return std::vector<Tensor>{g.to(dtype).to(device)};
+      if (g.dtype() == dtype && (contiguous ? g.is_contiguous() : g.is_channels_last())) return std::vector<Tensor>{g};
+      Tensor r = cl ? empty_channels_last(g.shape(), dtype, device) : new_input_grad(0, g.shape(), dtype, device);
+      NoGradGuard no_grad;
+      r.copy_(g);
+      return std::vector<Tensor>{r};
     });
   return out;
 }
@@ -333,6 +343,13 @@ Tensor Tensor::to(DType new_dtype) const {
   if (new_dtype == dtype()) return *this;
   Tensor out = is_channels_last() ? empty_channels_last(shape(), new_dtype, device())
                                   : empty(shape(), new_dtype, device());
+  return copy_into(*this, out, "ToDtypeBackward");
+}
+
+Tensor Tensor::to(DType new_dtype, bool channels_last) const {
+  const bool cl = channels_last && dim() == 4;
+  if (new_dtype == dtype() && (cl ? is_channels_last() : is_contiguous())) return *this;
+  Tensor out = cl ? empty_channels_last(shape(), new_dtype, device()) : empty(shape(), new_dtype, device());
   return copy_into(*this, out, "ToDtypeBackward");
 }
 

@@ -105,6 +105,9 @@ class Tensor {
   Tensor channels_last() const;  // 4-D copy laid out NHWC (self when already)
   Tensor clone() const;          // same layout class (contiguous or channels-last)
   Tensor to(DType dtype) const;  // self when same dtype
+  // In dtype and laid out channels-last (a 4-D tensor) or contiguous, in one copy; self when
+  // it is so already.
+  Tensor to(DType dtype, bool channels_last) const;
   Tensor to(Device device) const;
 
   // --- in place (not recorded by autograd: on a tensor that requires grad they are only

@@ -142,6 +142,27 @@ struct Backend {
                               const View& dy, const View& x, const View& mean,
                               const View& var, const View* gamma, double eps) = nullptr;
 
+  // Training batch norm fused with what follows it in VGG's and ResNet's blocks:
+  // y = relu(bn(x) + residual), residual (x's shape) may be null. mean and var as
+  // batch_norm_forward_train writes them.
+  void (*batch_norm_relu_forward_train)(const View& y, const View& mean, const View& var,
+                                        const View& x, const View* gamma, const View* beta,
+                                        const View* residual, double eps) = nullptr;
+  // Its backward, from the forward's output y: dz = y > 0 ? dy : 0, dresidual = dz (may be
+  // null), and dx, dgamma, dbeta (may be null) as batch_norm_backward of dz.
+  void (*batch_norm_relu_backward)(const View& dx, const View* dresidual, const View* dgamma,
+                                   const View* dbeta, const View& dy, const View& y,
+                                   const View& x, const View& mean, const View& var,
+                                   const View* gamma, double eps) = nullptr;
+  // A training batch norm's running statistics from its batch's (mean, biased var, `count`
+  // elements per channel), in one launch: num_batches_tracked (an i64 scalar, may be null)
+  // += 1; f = momentum, or 1 / num_batches_tracked when momentum < 0 (PyTorch's
+  // momentum=None: a cumulative average); running_mean = (1 - f) running_mean + f mean;
+  // running_var = (1 - f) running_var + f var count / (count - 1). running_* may be null.
+  void (*batch_norm_update_stats)(const View* running_mean, const View* running_var,
+                                  const View* num_batches_tracked, const View& mean,
+                                  const View& var, double momentum, int64_t count) = nullptr;
+
   // Softmax (or log-softmax when log) along dim; backward takes the forward output y.
   void (*softmax_forward)(const View& y, const View& x, int64_t dim, bool log) = nullptr;
   void (*softmax_backward)(const View& dx, const View& dy, const View& y, int64_t dim,
@@ -151,6 +172,13 @@ struct Backend {
   // dtypes; arithmetic in float (double for f64).
   void (*sgd_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) = nullptr;
   void (*adam_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& s) = nullptr;
+  // The grad scaler's unscale and check (torch._amp_foreach_non_finite_check_and_unscale_), in
+  // one launch on a GPU: each slot's `param` is a gradient (grad and state unused), multiplied
+  // in place by inv_scale (an f32 scalar on this device, read there: a captured step replays
+  // with the current scale); found_inf (an f32 scalar on this device) is set to 1 where an
+  // element is inf or NaN and left as it is otherwise.
+  void (*unscale_grads)(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                        const View& found_inf) = nullptr;
 };
 
 // The tables. reference and cpu always exist; cuda_backend() returns null when ringflow

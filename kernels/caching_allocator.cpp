@@ -17,7 +17,8 @@ struct CachingAllocator::Block {
   char* ptr = nullptr;
   size_t size = 0;  // bytes
   StreamHandle stream = nullptr;
-  bool small = false;  // which pool
+  uint64_t pool_id = 0;  // 0: the general cache; else a private pool's (a whole segment's)
+  bool small = false;    // which pool
   bool allocated = false;
   int pending_events = 0;
   std::vector<StreamHandle> stream_uses;  // other streams that used it (record_stream)
@@ -29,7 +30,7 @@ struct CachingAllocator::Block {
 
 bool CachingAllocator::BySizeOnStream::operator()(const Block* a, const Block* b) const {
   const auto key = [](const Block* x) {
-    return std::make_tuple(reinterpret_cast<uintptr_t>(x->stream), x->size,
+    return std::make_tuple(x->pool_id, reinterpret_cast<uintptr_t>(x->stream), x->size,
                            reinterpret_cast<uintptr_t>(x->ptr));
   };
   return key(a) < key(b);
@@ -78,17 +79,19 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   }
   const size_t rounded = round_size(nbytes);
   Pool& pool = pool_for(rounded);
+  const auto open = open_pools_.find(stream);
+  const uint64_t pool_id = open == open_pools_.end() ? 0 : open->second;
   process_events(/*wait=*/false);
-  Block* block = take_cached(pool, rounded, stream);
-  if (!block) block = take_new_segment(pool, rounded, stream);
+  Block* block = take_cached(pool, rounded, stream, pool_id);
+  if (!block) block = take_new_segment(pool, rounded, stream, pool_id);
   if (!block) {
     // Out of device memory: cached segments (and blocks waiting only for other streams)
     // may hold enough. Free them and try again, once.
     ++stats_.cache_flushes;
     process_events(/*wait=*/true);
     release_free_segments();
-    block = take_cached(pool, rounded, stream);  // freed by the events, in a segment in use
-    if (!block) block = take_new_segment(pool, rounded, stream);
+    block = take_cached(pool, rounded, stream, pool_id);  // freed by the events, in a segment in use
+    if (!block) block = take_new_segment(pool, rounded, stream, pool_id);
   }
   if (!block) {
     ++stats_.out_of_memory;
@@ -97,21 +100,23 @@ void* CachingAllocator::allocate(size_t nbytes, StreamHandle stream) {
   return hand_out(block, pool, rounded);
 }
 
-// The smallest free block of the pool on `stream` that holds `rounded` bytes.
-CachingAllocator::Block* CachingAllocator::take_cached(Pool& pool, size_t rounded,
-                                                       StreamHandle stream) {
+// The smallest free block of the pool on `stream` (and of private pool `pool_id`) that holds
+// `rounded` bytes.
+CachingAllocator::Block* CachingAllocator::take_cached(Pool& pool, size_t rounded, StreamHandle stream,
+                                                       uint64_t pool_id) {
   Block key;
   key.stream = stream;
+  key.pool_id = pool_id;
   key.size = rounded;
   const auto it = pool.lower_bound(&key);
-  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  if (it == pool.end() || (*it)->stream != stream || (*it)->pool_id != pool_id) return nullptr;
   Block* block = *it;
   pool.erase(it);
   return block;
 }
 
-CachingAllocator::Block* CachingAllocator::take_new_segment(Pool& pool, size_t rounded,
-                                                            StreamHandle stream) {
+CachingAllocator::Block* CachingAllocator::take_new_segment(Pool& pool, size_t rounded, StreamHandle stream,
+                                                            uint64_t pool_id) {
   const size_t bytes = segment_size(rounded);
   void* base = raw_.allocate(bytes);
   if (!base) return nullptr;
@@ -123,6 +128,7 @@ CachingAllocator::Block* CachingAllocator::take_new_segment(Pool& pool, size_t r
   block->ptr = static_cast<char*>(base);
   block->size = bytes;
   block->stream = stream;
+  block->pool_id = pool_id;
   block->small = &pool == &small_;
   return block;
 }
@@ -137,6 +143,7 @@ void* CachingAllocator::hand_out(Block* block, Pool& pool, size_t rounded) {
     tail->ptr = block->ptr + rounded;
     tail->size = rest;
     tail->stream = block->stream;
+    tail->pool_id = block->pool_id;
     tail->small = block->small;
     tail->prev = block;
     tail->next = block->next;
@@ -215,12 +222,13 @@ void CachingAllocator::process_events(bool wait) {
   }
 }
 
-// Gives back every segment that is one free block.
+// Gives back every segment that is one free block, except a private pool's (its graph
+// replays into it).
 void CachingAllocator::release_free_segments() {
   for (Pool* pool : {&small_, &large_}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* block = *it;
-      if (block->prev || block->next) {
+      if (block->prev || block->next || block->pool_id != 0) {
         ++it;
         continue;
       }
@@ -233,6 +241,60 @@ void CachingAllocator::release_free_segments() {
       delete block;
     }
   }
+}
+
+uint64_t CachingAllocator::begin_private_pool(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (open_pools_.count(stream))
+    throw std::logic_error(device_ + ": a private memory pool is open for this stream already (one capture at a time)");
+  open_pools_[stream] = ++last_pool_id_;
+  return last_pool_id_;
+}
+
+void CachingAllocator::end_private_pool(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  open_pools_.erase(stream);
+}
+
+// Every block of the pool's segments: re-keyed into the general cache (a free one), or
+// marked to go there when freed.
+void CachingAllocator::release_private_pool(uint64_t id) {
+  if (id == 0) return;
+  std::lock_guard lock(mutex_);
+  for (auto it = open_pools_.begin(); it != open_pools_.end();)
+    it = it->second == id ? open_pools_.erase(it) : std::next(it);
+  for (Pool* pool : {&small_, &large_}) {
+    std::vector<Block*> moved;
+    for (auto it = pool->begin(); it != pool->end();) {
+      if ((*it)->pool_id == id) {
+        moved.push_back(*it);
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (Block* b : moved) {
+      b->pool_id = 0;
+      pool->insert(b);
+    }
+  }
+  for (const auto& [ptr, block] : allocated_)
+    if (block->pool_id == id) block->pool_id = 0;
+  for (const auto& [event, block] : pending_)
+    if (block->pool_id == id) block->pool_id = 0;
+}
+
+size_t CachingAllocator::private_pool_bytes(uint64_t id) const {
+  std::lock_guard lock(mutex_);
+  size_t bytes = 0;
+  const auto count = [&](const Block* b) {
+    if (b->pool_id == id && id != 0) bytes += b->size;
+  };
+  for (const Pool* pool : {&small_, &large_})
+    for (const Block* b : *pool) count(b);
+  for (const auto& [ptr, block] : allocated_) count(block);
+  for (const auto& [event, block] : pending_) count(block);
+  return bytes;
 }
 
 void CachingAllocator::empty_cache() {

@@ -18,6 +18,15 @@
 // - When the raw allocator is out of memory, the cache is emptied (waiting for pending
 //   events) and the raw allocation tried once more; if it fails again, allocate throws
 //   OutOfMemoryError naming the request and the statistics.
+//
+// Note [Private pools for CUDA graphs] (PyTorch's graph memory pools): a captured graph
+// replays into the very addresses its capture was given, temporaries included, so no other
+// work may be handed that memory while the graph lives. While a private pool is open for a
+// stream, that stream's requests are served from segments of the pool's own (blocks freed
+// during the capture are reused by later requests of the capture: the graph replays them in
+// the same order); a block of the pool, freed whenever, goes back to the pool, never to the
+// general cache. Releasing the pool (the graph is gone) hands its blocks to the general
+// cache.
 #pragma once
 
 #include <cstddef>
@@ -101,6 +110,16 @@ class CachingAllocator {
   // before that work completes. Throws std::invalid_argument as free.
   void record_stream(void* ptr, StreamHandle stream);
 
+  // Note [Private pools for CUDA graphs]: from now on requests on `stream` come from a new
+  // private pool, until end_private_pool(stream). Returns the pool's id (> 0). Throws
+  // std::logic_error when one is open for the stream already.
+  uint64_t begin_private_pool(StreamHandle stream);
+  void end_private_pool(StreamHandle stream);
+  // The pool's blocks join the general cache (allocated ones when freed). Unknown ids are
+  // ignored.
+  void release_private_pool(uint64_t id);
+  size_t private_pool_bytes(uint64_t id) const;  // bytes of the pool's segments
+
   // Gives every cached segment whose blocks are all free back to the raw allocator,
   // after waiting for the events of freed blocks still in use on other streams.
   void empty_cache();
@@ -115,8 +134,8 @@ class CachingAllocator {
   using Pool = std::set<Block*, BySizeOnStream>;
 
   Pool& pool_for(size_t rounded) { return rounded <= kSmallRequest ? small_ : large_; }
-  Block* take_cached(Pool& pool, size_t rounded, StreamHandle stream);
-  Block* take_new_segment(Pool& pool, size_t rounded, StreamHandle stream);
+  Block* take_cached(Pool& pool, size_t rounded, StreamHandle stream, uint64_t pool_id);
+  Block* take_new_segment(Pool& pool, size_t rounded, StreamHandle stream, uint64_t pool_id);
   void* hand_out(Block* block, Pool& pool, size_t rounded);
   void return_to_pool(Block* block);
   void process_events(bool wait);
@@ -127,7 +146,9 @@ class CachingAllocator {
   RawDeviceMemory& raw_;
   const std::string device_;
   mutable std::mutex mutex_;
-  Pool small_, large_;                                  // free blocks, by (stream, size, address)
+  Pool small_, large_;  // free blocks, by (private pool, stream, size, address)
+  std::unordered_map<StreamHandle, uint64_t> open_pools_;  // stream -> private pool serving it
+  uint64_t last_pool_id_ = 0;
   std::unordered_map<const void*, Block*> allocated_;   // handed out, by address
   std::vector<std::pair<EventHandle, Block*>> pending_; // freed, waiting for other streams
   std::unordered_map<void*, size_t> segments_;          // raw allocations: base -> bytes

@@ -9,7 +9,9 @@
 #include "ringflow/kernels/build_info.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/kernels/cuda_devices.h"
+#include "ringflow/kernels/cuda_graph.h"
 #include "ringflow/kernels/cuda_memory.h"
+#include "ringflow/kernels/cudnn_choices.h"
 
 namespace ringflow {
 namespace {
@@ -19,6 +21,8 @@ constexpr const char* kWhy = "ringflow was built without CUDA (-Dcuda=disabled o
 const Backend* cuda_backend() { return nullptr; }
 
 std::vector<LibraryVersion> cuda_library_versions() { return {}; }
+
+std::vector<std::string> cudnn_conv_choices() { return {}; }
 
 int cuda_device_count(std::string* why) {
   if (why) *why = kWhy;
@@ -79,5 +83,19 @@ void cuda_empty_cache() {}
 void cuda_record_stream(void* /*ptr*/, CudaStream /*stream*/) {
   throw std::runtime_error(std::string("cuda_record_stream: ") + kWhy);
 }
+
+}  // namespace ringflow
+
+namespace ringflow {
+
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph(int device) {
+  throw std::runtime_error("CUDA graph on cuda:" + std::to_string(device) + ": " + kWhy);
+}
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture_begin() {}
+void CudaGraph::capture_end() {}
+void CudaGraph::replay() {}
+bool CudaGraph::captured() const { return false; }
 
 }  // namespace ringflow

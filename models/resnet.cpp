@@ -35,9 +35,8 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Varian
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
-  h = bn2->forward(conv2->forward(h));
-  return relu(add(h, shortcut ? shortcut->forward(x) : x));
+  const Tensor h = bn1->forward_relu(conv1->forward(x));
+  return bn2->forward_relu(conv2->forward(h), shortcut ? shortcut->forward(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Variant variant,
@@ -55,10 +54,9 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Varian
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
-  h = relu(bn2->forward(conv2->forward(h)));
-  h = bn3->forward(conv3->forward(h));
-  return relu(add(h, shortcut ? shortcut->forward(x) : x));
+  Tensor h = bn1->forward_relu(conv1->forward(x));
+  h = bn2->forward_relu(conv2->forward(h));
+  return bn3->forward_relu(conv3->forward(h), shortcut ? shortcut->forward(x) : x);
 }
 
 ResNet::ResNet(int depth, Variant variant, int64_t num_classes, Generator* gen)
@@ -112,7 +110,7 @@ ResNet::ResNet(int depth, Variant variant, int64_t num_classes, Generator* gen)
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  Tensor h = bn1->forward_relu(conv1->forward(x));
   if (maxpool) h = maxpool->forward(h);
   h = layer4->forward(layer3->forward(layer2->forward(layer1->forward(h))));
   return fc->forward(flatten(avgpool->forward(h), 1));  // (N, C)

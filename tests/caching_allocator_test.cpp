@@ -1,7 +1,7 @@
 // The caching policy of the CUDA allocator (kernels/caching_allocator.h), driven by a fake
 // device on the host: size classes, splitting and merging, reuse on a stream, no reuse
-// across streams before their events complete, statistics, empty_cache, and the retry and
-// message when the device runs out of memory. Needs no GPU.
+// across streams before their events complete, statistics, empty_cache, the retry and
+// message when the device runs out of memory, and CUDA graphs' private pools. Needs no GPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -225,6 +225,60 @@ TEST_CASE("record_stream: a freed block waits for the other stream's work before
   CHECK(dev.events_destroyed == 2);
   CHECK(alloc.stats().reserved == 0);
   CHECK(dev.segments.empty());
+}
+
+// Note [Private pools for CUDA graphs].
+TEST_CASE("private pools: a capture's blocks come from segments of its own and go back there") {
+  FakeDevice dev(1024 * MiB);
+  CachingAllocator alloc(dev, "cuda:fake");
+  void* outside = alloc.allocate(4 * KiB, kA);  // the general cache's segment, with room left
+  alloc.free(outside);
+  const uint64_t id = alloc.begin_private_pool(kA);
+  CHECK(id > 0);
+  CHECK_THROWS_WITH_AS(alloc.begin_private_pool(kA), doctest::Contains("one capture at a time"), std::logic_error);
+  void* t1 = alloc.allocate(4 * KiB, kA);  // not the general cache's free block
+  CHECK(t1 != outside);
+  CHECK(alloc.stats().raw_allocations == 2);
+  alloc.free(t1);  // freed during the capture: the capture's later requests reuse it
+  void* t2 = alloc.allocate(4 * KiB, kA);
+  CHECK(t2 == t1);
+  void* other_stream = alloc.allocate(4 * KiB, kB);  // other streams: the general cache
+  CHECK(alloc.private_pool_bytes(id) == 2 * MiB);
+  alloc.end_private_pool(kA);
+  // After the capture the pool's free blocks are the graph's: nobody else gets them.
+  void* after = alloc.allocate(4 * KiB, kA);
+  CHECK(after == outside);
+  alloc.free(t2);
+  void* again = alloc.allocate(4 * KiB, kA);
+  CHECK(again != t2);
+  CHECK(as_bytes(again) == as_bytes(after) + 4 * KiB);
+  // empty_cache keeps the pool's segment (the graph replays into it) ...
+  alloc.free(after);
+  alloc.free(again);
+  alloc.free(other_stream);
+  alloc.empty_cache();
+  CHECK(alloc.private_pool_bytes(id) == 2 * MiB);
+  CHECK(dev.segments.size() == 1);
+  // ... until the pool is released: then it is an ordinary cached segment.
+  alloc.release_private_pool(id);
+  CHECK(alloc.private_pool_bytes(id) == 0);
+  void* reused = alloc.allocate(4 * KiB, kA);
+  CHECK(reused == t1);
+  alloc.free(reused);
+  alloc.empty_cache();
+  CHECK(dev.segments.empty());
+}
+
+TEST_CASE("private pools: a block handed out in the capture and freed after release joins the cache") {
+  FakeDevice dev(1024 * MiB);
+  CachingAllocator alloc(dev, "cuda:fake");
+  const uint64_t id = alloc.begin_private_pool(kA);
+  void* kept = alloc.allocate(3 * MiB, kA);  // large pool: its own 20 MiB segment
+  alloc.end_private_pool(kA);
+  alloc.release_private_pool(id);
+  alloc.free(kept);
+  CHECK(alloc.allocate(3 * MiB, kA) == kept);
+  CHECK(alloc.stats().raw_allocations == 1);
 }
 
 TEST_CASE("statistics: allocated, reserved and their peaks, reset to the current values") {

@@ -126,6 +126,87 @@ TEST_CASE("the algorithm choice: fastest that ran, fits, and keeps f32 on FMA ma
   CHECK_FALSE(cuda::choose_algorithm(c, 0, DType::f32, true, limit));
 }
 
+TEST_CASE("graph engines: 16-bit takes tensor cores, f32 only with TF32, f64 never (the notes decide)") {
+  using cuda::ConvMath;
+  using cuda::EngineNotes;
+  EngineNotes tc, down, plain, reduced, nvrtc;
+  tc.tensor_core = true;
+  down.down_convert_inputs = true;
+  reduced.tensor_core = reduced.reduced_precision_reduction = true;
+  nvrtc.runtime_compilation = true;
+  CHECK(cuda::engine_math(tc) == ConvMath::tensor_ops);
+  CHECK(cuda::engine_math(down) == ConvMath::tensor_ops);
+  CHECK(cuda::engine_math(plain) == ConvMath::fma);
+  CHECK(cuda::engine_tried(tc));
+  CHECK(cuda::engine_tried(plain));
+  CHECK_FALSE(cuda::engine_tried(reduced));
+  CHECK_FALSE(cuda::engine_tried(nvrtc));
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CHECK(cuda::qualifies(ConvMath::tensor_ops, dt, /*allow_tf32=*/false));
+    CHECK(cuda::qualifies(ConvMath::fma, dt, false));
+  }
+  CHECK_FALSE(cuda::qualifies(ConvMath::tensor_ops, DType::f32, false));
+  CHECK_FALSE(cuda::qualifies(ConvMath::default_math, DType::f32, false));
+  CHECK(cuda::qualifies(ConvMath::tensor_ops, DType::f32, true));
+  CHECK_FALSE(cuda::qualifies(ConvMath::tensor_ops, DType::f64, true));
+  CHECK(cuda::qualifies(ConvMath::default_math, DType::f64, false));
+
+  // Both APIs compete on their times: a graph tensor-core engine beats the legacy algorithm
+  // for bf16 (and for f32 with TF32), never for f32 without it.
+  ConvCandidate legacy{1, true, ConvMath::tensor_ops, 2.0f, 0};
+  ConvCandidate legacy_fma{0, true, ConvMath::fma, 4.0f, 0};
+  ConvCandidate graph{0, true, cuda::engine_math(tc), 0.5f, 4096};
+  graph.source = cuda::ConvSource::graph;
+  graph.engine = 12;
+  ConvCandidate graph_fma{1, true, cuda::engine_math(plain), 3.0f, 0};
+  graph_fma.source = cuda::ConvSource::graph;
+  const ConvCandidate all[] = {legacy, legacy_fma, graph, graph_fma};
+  const size_t limit = size_t{1} << 30;
+  const auto bf16 = cuda::choose_algorithm(all, 4, DType::bf16, false, limit);
+  CHECK(bf16->source == cuda::ConvSource::graph);
+  CHECK(bf16->engine == 12);
+  const auto f32 = cuda::choose_algorithm(all, 4, DType::f32, false, limit);
+  CHECK(f32->source == cuda::ConvSource::graph);
+  CHECK(f32->math == ConvMath::fma);
+  CHECK(cuda::choose_algorithm(all, 4, DType::f32, true, limit)->engine == 12);
+  CHECK(cuda::describe_candidate(graph) == "graph engine 12 tensor-ops 4096 B 0.500 ms");
+  CHECK(cuda::describe_candidate(ConvCandidate{3, false, ConvMath::fma, 0, 0}) == "algo 3 fma failed");
+}
+
+TEST_CASE("the graph API's view of a convolution: dims, strides, ids, alignment, paddings") {
+  Buf x = make({2, 3, 5, 7}, DType::bf16, Layout::nhwc), w = make({4, 3, 3, 3}, DType::bf16, Layout::nhwc);
+  Buf y = make({2, 4, 3, 4}, DType::bf16, Layout::nhwc);
+  Conv2dParams p;
+  p.pad_top = 1;
+  p.pad_bottom = 0;
+  p.pad_left = 1;
+  p.pad_right = 2;
+  p.stride_h = p.stride_w = 2;
+  const auto s = cuda::conv_graph_spec(cuda::ConvDirection::backward_filter, x.v, w.v, y.v, p);
+  REQUIRE(s);
+  CHECK(s->direction == cuda::ConvDirection::backward_filter);
+  CHECK(s->dtype == DType::bf16);
+  CHECK(s->x.dims == std::array<int64_t, 4>{2, 3, 5, 7});
+  CHECK(s->x.strides == std::array<int64_t, 4>{105, 1, 21, 3});
+  CHECK(s->w.strides == std::array<int64_t, 4>{27, 1, 9, 3});
+  CHECK(s->x.uid == cuda::kUidX);
+  CHECK(s->w.uid == cuda::kUidW);
+  CHECK(s->y.uid == cuda::kUidY);
+  CHECK(s->pre_padding == std::array<int64_t, 2>{1, 1});
+  CHECK(s->post_padding == std::array<int64_t, 2>{0, 2});
+  CHECK(s->stride == std::array<int64_t, 2>{2, 2});
+  CHECK(s->dilation == std::array<int64_t, 2>{1, 1});
+  CHECK(cuda::graph_alignment(256) == 16);
+  CHECK(cuda::graph_alignment(2) == 2);
+  View offset = x.v;
+  offset.data = static_cast<char*>(x.v.data) + 2;  // a view one bf16 element in
+  CHECK(cuda::conv_graph_spec(cuda::ConvDirection::forward, offset, w.v, y.v, p)->x.alignment <= 2);
+  // A broadcast operand has no descriptor: the caller copies it dense first.
+  CHECK_FALSE(cuda::conv_graph_spec(cuda::ConvDirection::forward, make_strided({2, 3, 5, 7}, {0, 1, 21, 3},
+                                                                                DType::bf16).v,
+                                    w.v, y.v, p));
+}
+
 TEST_CASE("the algorithm cache key tells apart every input of the choice") {
   cuda::ConvKey a;
   a.x = *cuda::tensor_dims(make({2, 3, 5, 7}, DType::f32).v);
@@ -135,7 +216,7 @@ TEST_CASE("the algorithm cache key tells apart every input of the choice") {
   CHECK(cuda::alignment(reinterpret_cast<void*>(0x1000)) == 256);
   CHECK(cuda::alignment(reinterpret_cast<void*>(0x1008)) == 8);
   CHECK(cuda::alignment(reinterpret_cast<void*>(0x1002)) == 2);
-  for (int change = 0; change < 7; ++change) {
+  for (int change = 0; change < 8; ++change) {
     cuda::ConvKey c = a;
     if (change == 0) c.device = 1;
     if (change == 1) c.direction = cuda::ConvDirection::backward_filter;
@@ -144,6 +225,7 @@ TEST_CASE("the algorithm cache key tells apart every input of the choice") {
     if (change == 4) c.x.strides[1] = 1;
     if (change == 5) c.params[2] = 2;
     if (change == 6) c.align[0] = 2;
+    if (change == 7) c.explicit_zeros = true;
     CHECK(((a < c) || (c < a)));
   }
 }

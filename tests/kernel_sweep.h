@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -404,6 +405,75 @@ inline bool sweep_batch_norm(const Backend& k, const std::vector<DType>& dtypes)
   return failed == 0;
 }
 
+// Batch norm fused with relu(y + residual) (the residual in its own layout, or none), forward
+// and backward with dresidual, and the running statistics' update (momentum and cumulative),
+// against the reference. Shapes keep every value away from relu's kink by a margin.
+inline bool sweep_batch_norm_relu(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(14);
+  int failed = 0, cases = 0;
+  const double eps = 1e-5;
+  for (DType dt : dtypes) {
+    for (const Shape& shape : {Shape{3, 16, 5, 7}, Shape{2, 17, 1, 1}, Shape{4, 3, 6, 5}, Shape{5, 8}}) {
+      for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+        for (int residual = 0; residual < 3; ++residual) {  // none, x's layout, the other layout
+          const int64_t C = shape[1];
+          const Layout other = lay == Layout::nchw ? Layout::nhwc : Layout::nchw;
+          Buf x = random(shape, dt, lay, rng), dy = random(shape, dt, lay, rng);
+          Buf r = random(shape, dt, residual == 2 ? other : lay, rng);
+          Buf g = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({C}, DType::f32, Layout::nchw, rng);
+          const View* rp = residual ? &r.v : nullptr;
+          Buf y1 = like(x), y2 = like(x);
+          Buf m1 = make({C}, DType::f32), m2 = make({C}, DType::f32), v1 = make({C}, DType::f32), v2 = make({C}, DType::f32);
+          const double terms = double(x.v.numel() / C);
+          const std::string name = shape_str(shape) + " " + layout_name(lay) + " residual" + std::to_string(residual) +
+                                   " " + dtype_name(dt);
+          k.batch_norm_relu_forward_train(y1.v, m1.v, v1.v, x.v, &g.v, &b.v, rp, eps);
+          reference_backend().batch_norm_relu_forward_train(y2.v, m2.v, v2.v, x.v, &g.v, &b.v, rp, eps);
+          bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms) * 10, "bn+relu y " + name);
+          ok &= close(m1.v, m2.v, 1e-4, 1e-5, "bn+relu mean " + name);
+          ok &= close(v1.v, v2.v, 1e-4, 1e-5, "bn+relu var " + name);
+          // The backward reads the relu's mask from y: both sides get the reference's y.
+          Buf dx1 = like(x), dx2 = like(x), dr1 = like(x), dr2 = like(x);
+          Buf dg1 = make({C}, DType::f32), dg2 = make({C}, DType::f32), db1 = make({C}, DType::f32),
+              db2 = make({C}, DType::f32);
+          k.batch_norm_relu_backward(dx1.v, residual ? &dr1.v : nullptr, &dg1.v, &db1.v, dy.v, y2.v, x.v, m2.v,
+                                     v2.v, &g.v, eps);
+          reference_backend().batch_norm_relu_backward(dx2.v, residual ? &dr2.v : nullptr, &dg2.v, &db2.v, dy.v,
+                                                       y2.v, x.v, m2.v, v2.v, &g.v, eps);
+          ok &= close(dx1.v, dx2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 100, "bn+relu bwd dx " + name);
+          ok &= close(dg1.v, dg2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn+relu bwd dgamma " + name);
+          ok &= close(db1.v, db2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "bn+relu bwd dbeta " + name);
+          if (residual) ok &= close(dr1.v, dr2.v, 0, 0, "bn+relu bwd dresidual " + name);
+          ++cases;
+          if (!ok) ++failed;
+        }
+      }
+    }
+  }
+  // Running statistics: momentum 0.1 and the cumulative average (momentum < 0, counted).
+  for (double momentum : {0.1, -1.0}) {
+    const int64_t C = 7, count = 40;
+    Buf mean = random({C}, DType::f32, Layout::nchw, rng), var = random({C}, DType::f32, Layout::nchw, rng, 0.1, 2);
+    Buf rm1 = random({C}, DType::f32, Layout::nchw, rng), rv1 = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5);
+    Buf rm2 = like(rm1), rv2 = like(rv1);
+    reference_backend().copy(rm2.v, rm1.v);
+    reference_backend().copy(rv2.v, rv1.v);
+    int64_t n1 = 4, n2 = 4;
+    View nb1 = make({}, DType::i64).v, nb2 = nb1;
+    nb1.data = &n1;
+    nb2.data = &n2;
+    k.batch_norm_update_stats(&rm1.v, &rv1.v, &nb1, mean.v, var.v, momentum, count);
+    reference_backend().batch_norm_update_stats(&rm2.v, &rv2.v, &nb2, mean.v, var.v, momentum, count);
+    bool ok = n1 == 5 && n2 == 5;
+    ok &= close(rm1.v, rm2.v, 1e-6, 1e-7, "running mean, momentum " + std::to_string(momentum));
+    ok &= close(rv1.v, rv2.v, 1e-6, 1e-7, "running var, momentum " + std::to_string(momentum));
+    ++cases;
+    if (!ok) ++failed;
+  }
+  MESSAGE(cases << " fused batch norm cases");
+  return failed == 0;
+}
+
 // ---------------------------------------------------------------- softmax
 // Softmax and log-softmax, forward and backward, along every dim.
 inline bool sweep_softmax(const Backend& k, const std::vector<DType>& dtypes) {
@@ -588,12 +658,12 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
   int failed = 0, cases = 0;
   const int64_t sizes[] = {1, 0, 7, 4099, 33, 17000, 2, 64};
   for (DType dt : dtypes) {
-    for (int n_slots : {1, 8, 45}) {
+    for (int n_slots : {1, 8, 45, 530}) {  // 530: more than one launch's table
       // Each parameter: param, grad, two states, for each table.
       std::vector<Buf> mine, theirs;
       std::vector<OptimizerSlot> a, b;
       for (int i = 0; i < n_slots; ++i) {
-        const int64_t n = sizes[i % 8] + i;
+        const int64_t n = n_slots > 100 ? 1 + i % 7 : sizes[i % 8] + i;
         OptimizerSlot sa, sb;
         Buf bufs[4];
         for (int j = 0; j < 4; ++j) bufs[j] = random({n}, dt, Layout::nchw, rng, j == 3 ? 0 : -1, 1);
@@ -636,6 +706,36 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
           reference_backend().adam_step(dt, b, h);
           compare(std::string(decoupled ? "adamw" : "adam") + " t " + std::to_string(t));
         }
+      }
+      // The grad scaler's unscale and check (where the table has it), on the gradients (the
+      // slots' param for it); an inf, then a NaN, planted in the last gradient sets found_inf,
+      // which stays set.
+      for (int plant = 0; k.unscale_grads && plant < 3; ++plant) {
+        std::vector<OptimizerSlot> ga, gb;
+        for (size_t i = 0; i < a.size(); ++i) {
+          ga.push_back({const_cast<void*>(a[i].grad), nullptr, {nullptr, nullptr}, a[i].numel});
+          gb.push_back({const_cast<void*>(b[i].grad), nullptr, {nullptr, nullptr}, b[i].numel});
+        }
+        if (plant > 0) {
+          const double bad = plant == 1 ? std::numeric_limits<double>::infinity() : std::nan("");
+          Buf* last[2] = {&mine[mine.size() - 3], &theirs[theirs.size() - 3]};
+          for (Buf* g : last) set(g->v, g->v.numel() - 1, bad);
+        }
+        float inv = 0.25f, found_a = plant == 2 ? 1.0f : 0.0f, found_b = found_a;
+        View iv = make({}, DType::f32).v, fa = iv, fb = iv;
+        iv.data = &inv;
+        fa.data = &found_a;
+        fb.data = &found_b;
+        k.unscale_grads(dt, ga, iv, fa);
+        reference_backend().unscale_grads(dt, gb, iv, fb);
+        bool ok = found_a == (plant ? 1.0f : 0.0f) && found_b == found_a;
+        if (plant == 0) {
+          compare("unscale");
+        } else {
+          ++cases;
+          if (!ok) ++failed;
+        }
+        if (!ok) MESSAGE("unscale found_inf " << found_a << " vs " << found_b << " plant " << plant);
       }
     }
   }

@@ -4,11 +4,13 @@
 // backward into gradient buffers without a copy.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/models/inception.h"
 #include "ringflow/models/registry.h"
 #include "ringflow/tests/testing.h"
@@ -120,10 +122,13 @@ TEST_CASE("a backward through a CIFAR ResNet reaches every parameter") {
 
 // Note [Gradient buffers] (framework/autograd.h), DDP's buckets: every parameter of these
 // models is of a conv2d, batch_norm or linear, whose backward computes into the buffer. One
-// of each family (the deeper ones are made of the same layers).
-TEST_CASE("mlp, small_cnn, VGG, ResNet: backward computes every gradient into its buffer, no copy") {
+// of each family (the deeper ones are made of the same layers). Under autocast the 16-bit
+// casts' backward copies each gradient into its buffer, as the f32 gradient it makes anyway;
+// on the CUDA table (run on the host) the fused batch norm + relu computes into it too.
+static void check_grad_buffers(bool amp) {
   for (const std::string name : {"mlp", "small_cnn", "vgg11_cifar", "resnet18_cifar"}) {
     CAPTURE(name);
+    CAPTURE(amp);
     Generator gen(3);
     models::ModelOptions options;
     options.gen = &gen;
@@ -136,11 +141,25 @@ TEST_CASE("mlp, small_cnn, VGG, ResNet: backward computes every gradient into it
       offset += p.numel();
     }
     const int64_t copied = grad_buffer_copy_bytes();
-    cross_entropy(model->forward(input_for(name, 2, gen)), from_vector({3, 7}, {2}, DType::i64))
-        .backward();
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> autocast;
+      if (amp) autocast.emplace(DType::bf16);
+      loss = cross_entropy(model->forward(input_for(name, 2, gen)), from_vector({3, 7}, {2}, DType::i64));
+    }
+    loss.backward();
     CHECK(grad_buffer_copy_bytes() == copied);
     for (const auto& [pname, p] : model->named_parameters())
       CHECK_MESSAGE(p.grad().shares_storage(flat), pname);
+  }
+}
+
+TEST_CASE("mlp, small_cnn, VGG, ResNet: backward computes every gradient into its buffer, no copy") {
+  SUBCASE("f32") { check_grad_buffers(/*amp=*/false); }
+  SUBCASE("autocast bf16") { check_grad_buffers(/*amp=*/true); }
+  SUBCASE("f32 on the CUDA table run on the host") {
+    const KernelTableGuard table(simt_host_backend());
+    check_grad_buffers(/*amp=*/false);
   }
 }
 

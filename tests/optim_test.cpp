@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ringflow/framework/optim/optim.h"
+#include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/tests/torch_compare.h"
 
 using namespace ringflow;
@@ -297,8 +298,9 @@ TEST_CASE("optimizer arguments are checked") {
 }
 
 // GradScaler (issue 14): PyTorch's GradScaler rule, checked on hand-set gradients whose
-// unscaled values are known.
-TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, doubles after the interval") {
+// unscaled values are known; on the cpu table (tensor ops), and on tables with unscale_grads
+// (the reference's, and the CUDA one's fused kernel run on the host: one launch per dtype).
+static void check_grad_scaler() {
   auto make = [] {
     Tensor p = from_vector({1.0, -2.0, 3.0}, {3}).requires_grad_();
     return p;
@@ -354,4 +356,16 @@ TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, double
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(other.load_state_dict({{"scale", 0.0}, {"growth_tracker", 0.0}, {"skipped_steps", 0.0}}),
                        doctest::Contains("scale"), std::invalid_argument);
+}
+
+TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, doubles after the interval") {
+  SUBCASE("cpu") { check_grad_scaler(); }
+  SUBCASE("reference") {
+    const ReferenceKernelsGuard table;
+    check_grad_scaler();
+  }
+  SUBCASE("simt on the host") {
+    const KernelTableGuard table(simt_host_backend());
+    check_grad_scaler();
+  }
 }

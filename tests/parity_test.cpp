@@ -251,3 +251,55 @@ TEST_CASE("autocast: the 16-bit weights' reorders are freed with them, step afte
     CHECK(cpu::dnnl_cache_stats().weight_entries == before);  // ...and dies with the cast
   }
 }
+
+// PyTorch's autocast cache: a parameter used by several ops of one region is cast once, the
+// cast serves their backward, and a new version of the parameter (an optimizer step) or a
+// backward pass that freed the cast's node makes a new cast.
+TEST_CASE("autocast: a parameter is cast once per region and version") {
+  const Tensor x = ringflow::testing::seeded({2, 3, 5, 5}, 1, DType::f32);
+  Tensor w = ringflow::testing::seeded({4, 3, 3, 3}, 2, DType::f32).requires_grad_();
+  const Conv2dParams p = conv2d_params({1, 1}, {1, 1});
+  // The gradient through two convolutions with explicit casts, autocast off.
+  Tensor want;
+  {
+    const Tensor xl = x.to(DType::bf16);
+    const Tensor y = add(conv2d(xl, w.to(DType::bf16), Tensor(), p), conv2d(xl, w.to(DType::bf16), Tensor(), p));
+    sum(y.to(DType::f32)).backward();
+    want = w.grad();
+    w.set_grad(Tensor());
+  }
+  {
+    AutocastGuard amp(DType::bf16);
+    // Kernel calls counted: x (no parameter) is cast for each use, w once.
+    reset_op_times();
+    set_op_profiling(true);
+    const Tensor y1 = conv2d(x, w, Tensor(), p);
+    CHECK(autocast_cached_casts() == 1);
+    const Tensor y2 = conv2d(x, w, Tensor(), p);
+    set_op_profiling(false);
+    CHECK(autocast_cached_casts() == 1);
+    int64_t casts = 0;
+    for (const OpTime& o : op_times())
+      if (o.op == "copy") casts = o.calls;
+    CHECK(casts == 3);
+    CHECK(y1.to_vector<float>() == y2.to_vector<float>());
+    sum(add(y1, y2).to(DType::f32)).backward();  // inside the region: its node is freed
+    CHECK(ringflow::testing::all_close(w.grad(), want, 1e-2, 1e-2, "grad through the cached cast"));
+    CHECK(w.grad().dtype() == DType::f32);
+    // The same region again: the freed cast is not reused, so a second backward works.
+    w.set_grad(Tensor());
+    sum(conv2d(x, w, Tensor(), p).to(DType::f32)).backward();
+    CHECK(w.grad().defined());
+    {
+      NoGradGuard no_grad;
+      w.zero_();  // a new version: the next use casts again
+    }
+    CHECK(sum(abs(conv2d(x, w, Tensor(), p).to(DType::f32))).item() == 0);
+    {
+      NoGradGuard no_grad;  // not cached: a cast without its node
+      conv2d(x, ringflow::testing::seeded({4, 3, 3, 3}, 3, DType::f32).requires_grad_(), Tensor(), p);
+    }
+    CHECK(autocast_cached_casts() == 1);
+  }
+  CHECK(autocast_cached_casts() == 0);  // the outermost guard empties the cache
+}

@@ -40,6 +40,10 @@ TEST_CASE("pooling, batch norm, softmax: the sweeps, every floating dtype") {
   CHECK(sweep_softmax(simt(), kFloats));
 }
 
+TEST_CASE("batch norm fused with relu(y + residual), forward and backward, and the running statistics") {
+  CHECK(sweep_batch_norm_relu(simt(), kFloats));
+}
+
 // cuDNN's batch norm saves 1 / sqrt(var + eps) where the table keeps var (cudnn_batch_norm.cpp):
 // the own kernel that converts, against the formula in f64, both ways and round trip.
 TEST_CASE("batch norm statistics: the biased variance from 1/sqrt(var + eps) and back") {

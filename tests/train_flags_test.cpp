@@ -2,7 +2,7 @@
 // --version against what the system and the build say, --config files, --max-iters and
 // what the epoch line reports, the progress line with or without a terminal, --quiet, the
 // rank prefix of error lines, the metrics header and wall times, the short aliases,
-// --optimizer's names, and --weights / --export-weights / --evaluate round trips (the
+// --optimizer's names, --memory-format, and --weights / --export-weights / --evaluate round trips (the
 // comparison with PyTorch and torchvision is tests/weights_test.py's).
 #include <doctest/doctest.h>
 
@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -439,4 +441,57 @@ TEST_CASE("train --export-weights, --weights, --evaluate: the trained model's st
   std::filesystem::remove(weights);
   std::filesystem::remove(ckpt);
   std::filesystem::remove(metrics);
+}
+
+TEST_CASE("train --memory-format: the same step in every layout; checkpoints in PyTorch's layout") {
+  // The small CNN (conv, batch norm, relu, pooling): nchw, nhwc and auto (nhwc on the cpu)
+  // train alike, and their checkpoints hold the same tensors, in PyTorch's (N, C, H, W) order.
+  // Synthetic (normal) images: Fashion-MNIST's flat regions make max-pool ties, which rounding
+  // in the last bit breaks one way or the other in each layout.
+  std::map<std::string, ringflow::SafetensorsFile> saved;
+  for (const std::string format : {"nchw", "nhwc", "auto"}) {
+    const std::string ckpt = temp_path("memory_format_" + format + ".safetensors");
+    const Result r = run_train("--model small_cnn --dataset synthetic -b 16 -j 0 --max-iters 3 --seed 3 --memory-format " + format +
+                               kShort + "--checkpoint " + ckpt);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    saved.emplace(format, ringflow::load_safetensors(ckpt));
+    std::filesystem::remove(ckpt);
+  }
+  const auto& want = saved.at("nchw").tensors;
+  for (const std::string format : {"nhwc", "auto"}) {
+    const auto& got = saved.at(format).tensors;
+    REQUIRE(got.size() == want.size());
+    for (const auto& [name, t] : want) {
+      CAPTURE(format);
+      CAPTURE(name);
+      REQUIRE(got.count(name) == 1);
+      const std::vector<double> a = got.at(name).to_vector<double>(), b = t.to_vector<double>();
+      REQUIRE(a.size() == b.size());
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        worst = std::max(worst, std::fabs(a[i] - b[i]));
+        scale = std::max(scale, std::fabs(b[i]));
+      }
+      CHECK(worst <= 1e-4 * std::max(scale, 1.0));
+    }
+  }
+  const Result bad = run_train("--memory-format channels_last");
+  CHECK(bad.status > 0);
+  CHECK(contains(bad.output, "--memory-format: channels_last not in {auto,nchw,nhwc}"));
+}
+
+TEST_CASE("train --cuda-graphs: where a step cannot be captured, one line says why and it trains eagerly") {
+  const std::string line = "cuda graphs: the step is not captured (";
+  const Result cpu = run_train("--model mlp -b 8 -j 0 --max-iters 6 --device cpu --cuda-graphs" + kShort);
+  INFO(cpu.output);
+  CHECK(cpu.status == 0);
+  CHECK(count(cpu.output, line) == 1);
+  CHECK(contains(cpu.output, line + "CUDA graphs need a CUDA device, not cpu); it runs eagerly"));
+  CHECK(contains(cpu.output, "Iteration [6/6]"));
+  const Result accum = run_train("--model mlp -b 8 -j 0 --max-iters 2 --grad-accum 2 --cuda-graphs" + kShort);
+  CHECK(accum.status == 0);
+  CHECK(contains(accum.output, line + "--grad-accum: a step's micro-batches accumulate their gradients)"));
+  const Result plain = run_train("--model mlp -b 8 -j 0 --max-iters 2" + kShort);
+  CHECK(count(plain.output, line) == 0);
 }

@@ -35,24 +35,23 @@ void BatchNorm2d::reset_parameters() {
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return forward_relu(x, Tensor(), /*relu=*/false); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual, bool relu) {
   RF_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got ",
            shape_str(x.shape()));
   RF_CHECK(x.size(1) == num_features_, "BatchNorm2d(", num_features_, "): input ",
            shape_str(x.shape()), " has ", x.size(1), " channels");
-  double factor = options_.momentum.value_or(0.0);
-  if (is_training() && options_.track_running_stats) {
-    {
-      NoGradGuard no_grad;
-      // i64 scalar += 1 (on any device): through a host value to stay dtype-exact.
-      num_batches_tracked.fill_(num_batches_tracked.item() + 1);
-    }
-    if (!options_.momentum) factor = 1.0 / num_batches_tracked.item();
-  }
-  // Running statistics are used in eval and updated in training only when tracked.
+  // Running statistics are used in eval and updated in training only when tracked; the
+  // count of batches is kept on the device (momentum < 0: none given, a cumulative average).
   const bool batch_stats = is_training() || !options_.track_running_stats;
-  return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor,
-                    options_.eps);
+  const bool count = is_training() && options_.track_running_stats;
+  const double momentum = options_.momentum.value_or(-1.0);
+  const Tensor nbt = count ? num_batches_tracked : Tensor();
+  if (!relu)
+    return batch_norm(x, running_mean, running_var, weight, bias, batch_stats, momentum, options_.eps, nbt);
+  return batch_norm_relu(x, running_mean, running_var, weight, bias, batch_stats, momentum, options_.eps,
+                         residual, nbt);
 }
 
 }  // namespace ringflow::nn

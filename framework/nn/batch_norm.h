@@ -22,6 +22,9 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, const BatchNormOptions& options = {});
   Tensor forward(const Tensor& x) override;  // x (N, C, H, W)
+  // relu(forward(x) + residual) (residual may be undefined), as one op where the device
+  // fuses it (ops.h's batch_norm_relu); relu false: forward(x).
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = {}, bool relu = true);
   void reset_running_stats();
   void reset_parameters();
   int64_t num_features() const { return num_features_; }

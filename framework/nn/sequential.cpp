@@ -1,5 +1,8 @@
 #include "ringflow/framework/nn/sequential.h"
 
+#include "ringflow/framework/nn/activation.h"
+#include "ringflow/framework/nn/batch_norm.h"
+
 namespace ringflow::nn {
 
 Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Module("Sequential") {
@@ -12,8 +15,19 @@ ModulePtr Sequential::operator[](size_t i) const {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const auto& children = named_children();
   Tensor h = x;
-  for (const auto& [name, m] : named_children()) h = m->forward(h);
+  for (size_t i = 0; i < children.size(); ++i) {
+    // A batch norm followed by a ReLU runs as one op (BatchNorm2d::forward_relu: fused where
+    // the device has the kernels); the ReLU stays a child, as PyTorch's, for the names.
+    const auto bn = std::dynamic_pointer_cast<BatchNorm2d>(children[i].second);
+    if (bn && i + 1 < children.size() && std::dynamic_pointer_cast<ReLU>(children[i + 1].second)) {
+      h = bn->forward_relu(h);
+      ++i;
+      continue;
+    }
+    h = children[i].second->forward(h);
+  }
   return h;
 }
 

@@ -1,8 +1,11 @@
 // conv2d: shape checks, forward on the device's kernel, backward via the data and weight
-// gradient kernels. Outputs are channels-last when the input is or the backend prefers it.
+// gradient kernels. The output's layout follows the process's memory format
+// (framework/memory_format.h); under autocast a CUDA convolution that runs channels-last
+// takes its weight's 16-bit cast laid out channels-last too.
 #include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
+#include "ringflow/framework/memory_format.h"
 #include "ringflow/framework/ops.h"
 
 namespace ringflow {
@@ -36,16 +39,20 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
 
 namespace {
 
-Tensor activation_like(const Shape& shape, const Tensor& x) {
-  const bool cl = x.is_channels_last() || kernel_backend(x.device()).prefers_channels_last;
-  return cl ? empty_channels_last(shape, x.dtype(), x.device()) : empty(shape, x.dtype(), x.device());
+bool output_channels_last(const Tensor& x) {
+  return conv_output_channels_last(memory_format(), x.device(), x.dtype(), x.is_channels_last(),
+                                   kernel_backend(x.device()).prefers_channels_last);
 }
 
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
-  if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32))
-    return conv2d(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias), p);
+  if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32)) {
+    const Tensor xl = autocast_to_low(x);
+    // cuDNN runs channels-last where either activation is (kernels/cuda/cudnn_conv.cpp).
+    const bool cl = x.device().is_cuda() && (output_channels_last(xl) || (xl.is_channels_last() && !xl.is_contiguous()));
+    return conv2d(xl, autocast_to_low(w, cl), autocast_to_low(bias), p);
+  }
   const Shape y_shape = conv2d_output_shape(x.shape(), w.shape(), p);
   RF_CHECK(x.dtype() == w.dtype() && x.device() == w.device(), "conv2d: input (",
            dtype_name(x.dtype()), " on ", x.device().str(), ") and weight (", dtype_name(w.dtype()),
@@ -54,7 +61,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
     RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0) && bias.dtype() == w.dtype(),
              "conv2d: bias must be (", w.size(0), ") of dtype ", dtype_name(w.dtype()), ", got ",
              dtype_name(bias.dtype()), " ", shape_str(bias.shape()));
-  Tensor y = activation_like(y_shape, x);
+  Tensor y = output_channels_last(x) ? empty_channels_last(y_shape, x.dtype(), x.device())
+                                     : empty(y_shape, x.dtype(), x.device());
   const View bv = bias.defined() ? bias.kernel_view() : View{};
   kernel(x.device(), &Backend::conv2d_forward, "conv2d_forward")(
       y.kernel_view(), x.kernel_view(), w.kernel_view(), bias.defined() ? &bv : nullptr, p);
@@ -69,9 +77,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                    dx.kernel_view(), g.kernel_view(), w.kernel_view(), p);
              }
              if (rw || rb) {
-               // Into the parameters' gradient buffers where offered (Note [Gradient buffers]).
-               dw = rw ? new_input_grad(1, w.shape(), w.dtype(), w.device())
-                       : empty(w.shape(), w.dtype(), w.device());
+               // In w's layout (cuDNN writes it so directly); a parameter's (contiguous) into
+               // its gradient buffer where offered (Note [Gradient buffers]).
+               dw = rw && w.is_contiguous() ? new_input_grad(1, w.shape(), w.dtype(), w.device()) : empty_like(w);
                if (rb) db = new_input_grad(2, {w.size(0)}, w.dtype(), w.device());
                const View dbv = rb ? db.kernel_view() : View{};
                kernel(g.device(), &Backend::conv2d_backward_weights, "conv2d_backward_weights")(

@@ -88,10 +88,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   if (bias.defined())
     RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), "linear: bias of shape ",
              shape_str(bias.shape()), " for weight of shape ", shape_str(w.shape()));
-  if (autocast_enabled()) {  // in 16 bits, and the bias added in them: through matmul's casts
-    Tensor y = matmul(x, w.t());
-    return bias.defined() ? add(y, autocast_to_low(bias)) : y;
-  }
+  // In 16 bits, the bias added in them. The weight is cast whole (autocast's cache keeps one
+  // cast per step), and LinearBackward's gradients go back through the casts.
+  if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32 ||
+                             (bias.defined() && bias.dtype() == DType::f32)))
+    return linear(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias));
   Tensor y;
   {
     NoGradGuard no_grad;

@@ -1,9 +1,11 @@
 #include "ringflow/framework/optim/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "ringflow/framework/autograd.h"
+#include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/error.h"
 #include "ringflow/framework/ops.h"
 
@@ -20,36 +22,79 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
            options_.growth_interval);
 }
 
-Tensor GradScaler::scale(const Tensor& loss) const { return mul(loss, scale_); }
+const Tensor& GradScaler::device_scalar(Tensor& t, double value, Device device) const {
+  if (!t.defined() || t.device() != device) t = full({}, value, DType::f32, device);
+  return t;
+}
+
+Tensor GradScaler::scale(const Tensor& loss) const {
+  // Read from a device scalar that update() rewrites: a captured step (CUDA graph) replays
+  // with the current scale, not with the one of its capture.
+  const Tensor& s = device_scalar(scale_tensor_, scale_, loss.device());
+  return mul(loss, s.dtype() == loss.dtype() ? s : s.to(loss.dtype()));
+}
 
 void GradScaler::unscale_(Optimizer& optimizer) {
   RF_CHECK(!unscaled_, "GradScaler: unscale_ called twice before update()");
   unscaled_ = true;
   NoGradGuard no_grad;
   const double inv = 1.0 / scale_;
-  // A sum is finite exactly when every term is (the gradients are far below f32's range):
-  // one sum over every gradient, read once (on a GPU, one synchronisation per step).
+  // Dense gradients on a device whose table has unscale_grads: one launch per (device,
+  // dtype) scales them and notes an inf or NaN in found_inf. Others: scaled by tensor ops,
+  // and finite exactly when their sum is (the gradients are far below f32's range).
+  struct Group {
+    Device device;
+    DType dtype;
+    std::vector<OptimizerSlot> slots;
+    std::vector<Tensor> written;
+  };
+  std::vector<Group> groups;
   Tensor total;
   for (const Tensor& p : optimizer.params()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (kernel_backend(g.device()).unscale_grads && is_floating(g.dtype()) && g.kernel_view().is_dense()) {
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const Group& x) { return x.device == g.device() && x.dtype == g.dtype(); });
+      if (it == groups.end()) it = groups.insert(groups.end(), Group{g.device(), g.dtype(), {}, {}});
+      OptimizerSlot slot;
+      slot.param = g.kernel_view().data;
+      slot.numel = g.numel();
+      it->slots.push_back(slot);
+      it->written.push_back(g);
+      continue;
+    }
     g.copy_(mul(g, inv));  // in place: ddp's gradients are views of its buckets
     const Tensor s = sum(g.to(DType::f32));
     total = total.defined() ? add(total, s.to(total.device())) : s;
   }
-  if (total.defined() && !std::isfinite(total.item())) found_inf_ = true;
+  for (const Group& group : groups) {
+    const Tensor& inv_scale = device_scalar(inv_scale_tensor_, inv, group.device);
+    Tensor& found = found_inf_[group.device.str()];
+    if (!found.defined()) found = zeros({}, DType::f32, group.device);
+    kernel(group.device, &Backend::unscale_grads, "unscale_grads")(group.dtype, group.slots, inv_scale.kernel_view(),
+                                                                   found.kernel_view());
+    for (const Tensor& g : group.written) g.storage()->bump_version();
+  }
+  for (auto& [device, found] : found_inf_) {
+    if (found.item() == 0) continue;
+    found_inf_any_ = true;
+    found.zero_();
+  }
+  if (total.defined() && !std::isfinite(total.item())) found_inf_any_ = true;
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
   if (!unscaled_) unscale_(optimizer);
-  if (found_inf_) return false;
+  if (found_inf_any_) return false;
   optimizer.step();
   return true;
 }
 
 void GradScaler::update() {
   RF_CHECK(unscaled_, "GradScaler: update() without a step since the last one");
-  if (found_inf_) {
+  const double before = scale_;
+  if (found_inf_any_) {
     scale_ *= options_.backoff_factor;
     growth_tracker_ = 0;
     ++skipped_;
@@ -58,7 +103,13 @@ void GradScaler::update() {
     growth_tracker_ = 0;
   }
   unscaled_ = false;
-  found_inf_ = false;
+  found_inf_any_ = false;
+  // The device scalars follow (outside any captured step).
+  NoGradGuard no_grad;
+  if (scale_ != before) {
+    if (scale_tensor_.defined()) scale_tensor_.fill_(scale_);
+    if (inv_scale_tensor_.defined()) inv_scale_tensor_.fill_(1.0 / scale_);
+  }
 }
 
 std::map<std::string, double> GradScaler::state_dict() const {
@@ -80,6 +131,7 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
   const double scale = get("scale");
   RF_CHECK(scale > 0, "GradScaler state: 'scale' must be positive, got ", scale);
   scale_ = scale;
+  scale_tensor_ = inv_scale_tensor_ = Tensor();  // made again from scale_ at their next use
   // Counts of steps, exactly representable: a larger or fractional one is no count.
   auto count = [&](const char* key) {
     const double v = get(key);

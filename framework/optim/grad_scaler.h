@@ -3,7 +3,10 @@
 // The loss is multiplied by the scale before backward so that they survive; before the
 // optimizer step the gradients are divided by it and checked. A step with an inf or NaN
 // gradient is skipped (the parameters and the optimizer's state stay as they were) and the
-// scale halves; after growth_interval finite steps in a row it doubles.
+// scale halves; after growth_interval finite steps in a row it doubles. The scale lives on
+// the device too, so that a captured step (CUDA graph) replays with the current one;
+// unscaling is one launch per (device, dtype) where the device's table has unscale_grads
+// (CUDA), with one read of its inf flag per step.
 //
 //   Tensor loss = ...;                 // forward under AutocastGuard(DType::f16)
 //   scaler.scale(loss).backward();
@@ -57,7 +60,12 @@ class GradScaler {
   int64_t growth_tracker_ = 0;  // finite steps in a row
   int64_t skipped_ = 0;
   bool unscaled_ = false;       // unscale_ ran this step
-  bool found_inf_ = false;
+  bool found_inf_any_ = false;
+  // Device scalars: the scale and its inverse (as scale_), and per device a flag that
+  // unscale_grads sets on an inf or NaN (zeroed again after each read).
+  mutable Tensor scale_tensor_, inv_scale_tensor_;
+  std::map<std::string, Tensor> found_inf_;
+  const Tensor& device_scalar(Tensor& t, double value, Device device) const;
 };
 
 }  // namespace ringflow::optim

@@ -28,6 +28,20 @@ void check(cudaError_t status, const char* call, int line) {
                       cudaGetErrorString(status));
 }
 
+// cudaMalloc and cudaFree are not stream work: a CUDA graph's capture on this thread
+// (kernels/cuda_graph.h, thread-local mode) would refuse them as unsafe, so the raw
+// allocator's calls switch this thread to the relaxed mode meanwhile, as PyTorch's do.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // The raw side for one device. Every call makes that device current: cudaFree and event
 // calls may come from a thread whose current device is another (a tensor freed there).
 class CudaRawMemory final : public RawDeviceMemory {
@@ -36,6 +50,7 @@ class CudaRawMemory final : public RawDeviceMemory {
 
   void* allocate(size_t nbytes) override {
     DeviceGuard on(device_);
+    const RelaxedCapture relaxed;
     void* ptr = nullptr;
     const cudaError_t status = cudaMalloc(&ptr, nbytes);
     if (status == cudaErrorMemoryAllocation) {
@@ -48,6 +63,7 @@ class CudaRawMemory final : public RawDeviceMemory {
 
   void free(void* ptr) override {
     DeviceGuard on(device_);
+    const RelaxedCapture relaxed;
     RF_CHECK_CUDA(cudaFree(ptr));
   }
 
@@ -140,6 +156,10 @@ DeviceAllocator* owner_of(const void* ptr) {
 const StreamHandle kComputeStream = cudaStreamLegacy;
 
 }  // namespace
+
+uint64_t begin_private_pool(int device) { return allocator_of(device).cache.begin_private_pool(kComputeStream); }
+void end_private_pool(int device) { allocator_of(device).cache.end_private_pool(kComputeStream); }
+void release_private_pool(int device, uint64_t pool) { allocator_of(device).cache.release_private_pool(pool); }
 
 void* allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;

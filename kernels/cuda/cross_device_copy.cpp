@@ -43,8 +43,10 @@ View staging_view(void* data, const View& v, DType dtype) {
 }
 
 void memcpy_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  RF_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, /*stream=*/0));
-  RF_CHECK_CUDA(cudaStreamSynchronize(/*stream=*/0));
+  // On the compute stream: inside a CUDA graph's capture the synchronisation fails, as it
+  // must (kernels/cuda_graph.h), rather than reading what the capture has not computed.
+  RF_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, cuda::compute_stream()));
+  RF_CHECK_CUDA(cudaStreamSynchronize(cuda::compute_stream()));
 }
 
 void host_to_device(const View& dst, int device, const View& src) {
@@ -66,7 +68,7 @@ void host_to_device(const View& dst, int device, const View& src) {
   View on_device = staged;
   on_device.data = temp.data();
   cuda::copy(dst, on_device);
-  RF_CHECK_CUDA(cudaStreamSynchronize(/*stream=*/0));  // before temp is freed
+  RF_CHECK_CUDA(cudaStreamSynchronize(cuda::compute_stream()));  // before temp is freed
 }
 
 void device_to_host(const View& dst, const View& src, int device) {
@@ -185,8 +187,8 @@ void PinnedStaging::upload(void* device_dst, size_t nbytes, Device device) {
     RF_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     event_ = e;
   }
-  RF_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_, nbytes, cudaMemcpyHostToDevice, /*stream=*/0));
-  RF_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event_), /*stream=*/0));
+  RF_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_, nbytes, cudaMemcpyHostToDevice, cuda::compute_stream()));
+  RF_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event_), cuda::compute_stream()));
 }
 
 StreamEvent::~StreamEvent() {

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
 
 namespace ringflow::cuda {
 
@@ -14,7 +15,10 @@ cublasHandle_t cublas_handle() {
   static std::mutex mutex;
   static auto* handles = new std::map<int, cublasHandle_t>;  // never destroyed: see header
   std::lock_guard lock(mutex);
-  if (const auto it = handles->find(device); it != handles->end()) return it->second;
+  if (const auto it = handles->find(device); it != handles->end()) {
+    RF_CHECK_CUBLAS(cublasSetStream(it->second, compute_stream()));  // a CUDA graph's, while capturing
+    return it->second;
+  }
   cublasHandle_t handle = nullptr;
   RF_CHECK_CUBLAS(cublasCreate(&handle));
   // Explicit, so that no default of a later cuBLAS turns on reduced precision unasked; f16
@@ -22,7 +26,7 @@ cublasHandle_t cublas_handle() {
   RF_CHECK_CUBLAS(cublasSetMathMode(
       handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  RF_CHECK_CUBLAS(cublasSetStream(handle, cudaStreamLegacy));
+  RF_CHECK_CUBLAS(cublasSetStream(handle, compute_stream()));
   handles->emplace(device, handle);
   return handle;
 }

@@ -10,11 +10,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/view.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*, without the CUDA headers here
 
 namespace ringflow::cuda {
 
@@ -29,6 +32,8 @@ void set_pool_kernels(Backend& b);
 void set_batch_norm_kernels(Backend& b);
 // Per channel, the biased variance from cuDNN's 1 / sqrt(var + eps) (to_var) or back.
 void batch_norm_convert_stats(const View& out, const View& in, double eps, bool to_var);
+// y = relu(y + residual) in place (residual may be null): the fused forms' tail after cuDNN.
+void batch_norm_add_relu(const View& y, const View* residual);
 // cudnn_batch_norm.cpp, in builds with cuDNN: training batch norm on cuDNN where it can take
 // the operands, the own kernels that `b` holds for the rest.
 void use_cudnn_batch_norm(Backend& b);
@@ -52,6 +57,16 @@ void set_conv_kernels(Backend& b);
 // stream. deallocate never throws (a failure is reported on stderr); nbytes is not needed.
 void* allocate(size_t nbytes);
 void deallocate(void* ptr, size_t nbytes);
+// The device's allocator's private pool for a CUDA graph's capture (Note [Private pools for
+// CUDA graphs] in caching_allocator.h): opened, closed after the capture, released with the
+// graph.
+uint64_t begin_private_pool(int device);
+void end_private_pool(int device);
+void release_private_pool(int device, uint64_t pool);
+
+// cuda_graph.cpp: the stream this thread's kernels, copies, cuBLAS and cuDNN calls go to:
+// the legacy default stream, or a capturing CUDA graph's (kernels/cuda_graph.h).
+CUstream_st* compute_stream();
 
 // Makes `index` the current device for its lifetime, then restores the previous one.
 class DeviceGuard {

@@ -20,6 +20,8 @@ namespace {
 
 decltype(Backend::batch_norm_forward_train) own_forward_train = nullptr;
 decltype(Backend::batch_norm_backward) own_backward = nullptr;
+decltype(Backend::batch_norm_relu_forward_train) own_relu_forward_train = nullptr;
+decltype(Backend::batch_norm_relu_backward) own_relu_backward = nullptr;
 
 DType stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
@@ -107,13 +109,46 @@ void backward(const View& dx, const View* dgamma, const View* dbeta, const View&
   RF_CHECK_CUDNN(status);
 }
 
+// The fused forms (backend.h's batch_norm_relu_*) around cuDNN's batch norm: its output
+// then relu(y + residual) in one own pass; backward: dz = y > 0 ? dy : 0 in one pass (it is
+// also dresidual), then cuDNN's backward of dz.
+void relu_forward_train(const View& y, const View& mean, const View& var, const View& x, const View* gamma,
+                        const View* beta, const View* residual, double eps) {
+  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps) || (residual && residual->dtype != x.dtype))
+    return own_relu_forward_train(y, mean, var, x, gamma, beta, residual, eps);
+  forward_train(y, mean, var, x, gamma, beta, eps);
+  batch_norm_add_relu(y, residual);
+}
+
+void relu_backward(const View& dx, const View* dresidual, const View* dgamma, const View* dbeta,
+                   const View& dy, const View& y, const View& x, const View& mean, const View& var,
+                   const View* gamma, double eps) {
+  if (!takes(x, {&dx, &dy, &y}, {&mean, &var, gamma}, eps) || (dresidual && !takes(x, {dresidual}, {}, eps)))
+    return own_relu_backward(dx, dresidual, dgamma, dbeta, dy, y, x, mean, var, gamma, eps);
+  std::optional<DeviceBuffer> scratch;
+  View dz = x;  // x's dense layout
+  if (dresidual) {
+    dz = *dresidual;
+  } else {
+    scratch.emplace(static_cast<size_t>(x.numel()) * dtype_size(x.dtype));
+    dz.data = scratch->data();
+    dz.derived = nullptr;
+  }
+  cuda_backend()->binary(BinaryOp::relu_backward, dz, dy, y);
+  backward(dx, dgamma, dbeta, dz, x, mean, var, gamma, eps);
+}
+
 }  // namespace
 
 void use_cudnn_batch_norm(Backend& b) {
   own_forward_train = b.batch_norm_forward_train;
   own_backward = b.batch_norm_backward;
+  own_relu_forward_train = b.batch_norm_relu_forward_train;
+  own_relu_backward = b.batch_norm_relu_backward;
   b.batch_norm_forward_train = forward_train;
   b.batch_norm_backward = backward;
+  b.batch_norm_relu_forward_train = relu_forward_train;
+  b.batch_norm_relu_backward = relu_backward;
 }
 
 }  // namespace ringflow::cuda

@@ -1,28 +1,41 @@
 // Convolutions on cuDNN (forward, backward-data, backward-filter, bias) in f32, f64, f16
-// and bf16, f32 accumulation for the 16-bit types. Descriptors come from cudnn_conv_plan.h;
-// the algorithm of each shape is measured once (cudnnFind*AlgorithmEx, as cudnn.benchmark)
-// and cached; workspaces come from the caching allocator. Views cuDNN cannot describe are
-// copied dense first, and asymmetric padding goes through explicit zeros (Note [Asymmetric
-// padding on cuDNN]). f32 stays off TF32 tensor cores unless allow_tf32().
+// and bf16, f32 accumulation for the 16-bit types. For each shape (with its layout, dtype and
+// alignment) the candidates of cuDNN's graph API (engine configurations its heuristics list,
+// timed here) and of its legacy API (cudnnFind*AlgorithmEx) are measured once, as
+// cudnn.benchmark does, and the fastest that qualifies is cached (Note [cuDNN's two
+// convolution APIs] in cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in
+// cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot describe
+// are copied dense first; asymmetric padding goes to the graph API as it is, or to the legacy
+// API through explicit zeros (Note [Asymmetric padding on cuDNN]).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy conv API of cuDNN 9
 
+#include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ringflow/kernels/cuda/check.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/cuda/cudnn_conv_plan.h"
 #include "ringflow/kernels/cuda/cudnn_descriptors.h"
+#include "ringflow/kernels/cuda/cudnn_graph.h"
 #include "ringflow/kernels/cuda/cudnn_handle.h"
+#include "ringflow/kernels/cudnn_choices.h"
+#include "ringflow/kernels/derived_cache.h"
 
 namespace ringflow::cuda {
 namespace {
 
 // Workspace cuDNN may use per call, bytes: enough for the fast algorithms of VGG/ResNet layers.
 constexpr size_t kWorkspaceLimit = size_t{1} << 30;
+// Graph API configurations timed per shape: the first of cuDNN's instant heuristics (its
+// guess of the fastest first) and of its fallback list (engines the heuristics may skip).
+constexpr int kInstantConfigs = 8, kFallbackConfigs = 3;
 
 cudnnMathType_t math_type(DType dt, bool tf32) {
   if (dt == DType::f64) return CUDNN_DEFAULT_MATH;
@@ -33,49 +46,47 @@ cudnnMathType_t math_type(DType dt, bool tf32) {
 // Whether a 4-D view is laid out (N, H, W, C) in memory rather than (N, C, H, W).
 bool channels_last(const View& v) { return !v.is_contiguous() && v.is_channels_last(); }
 
-// A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
-View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last = false) {
+// Whether cuDNN can take v as it is in a call that runs NHWC (nhwc) or NCHW.
+bool in_layout(const View& v, bool nhwc) {
+  return tensor_dims(v, nhwc) && (nhwc ? v.is_channels_last() : v.is_contiguous());
+}
+
+// v's shape with the dense strides of (N, C, H, W) in memory or channels last; no data.
+View dense_layout(const View& v, bool last) {
   View d = v;
   const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   d.strides = last ? std::vector<int64_t>{H * W * C, 1, W * C, C} : std::vector<int64_t>{C * H * W, H * W, W, 1};
   d.derived = nullptr;
+  d.data = nullptr;
+  return d;
+}
+
+// A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
+View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last) {
+  View d = dense_layout(v, last);
   buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
   d.data = buffer->data();
   return d;
 }
 
-// v itself when cuDNN can describe it, else a dense copy of it in `buffer`.
-View describable(const View& v, std::optional<DeviceBuffer>& buffer) {
-  if (tensor_dims(v)) return v;
-  View d = dense_like(v, buffer, channels_last(v));
-  copy(d, v);
+// An activation operand of a call that runs NHWC (nhwc) or NCHW: v itself when cuDNN takes it
+// so, else a dense buffer in that layout, filled from v when `fill` (an input).
+View operand(const View& v, bool nhwc, bool fill, std::optional<DeviceBuffer>& buffer) {
+  if (in_layout(v, nhwc)) return v;
+  const View d = dense_like(v, buffer, nhwc);
+  if (fill) copy(d, v);
   return d;
 }
 
-// v itself when cuDNN can describe it and it is in `like`'s layout, else a buffer (not
-// filled) in that layout: as for filters (filter_like), cuDNN has few algorithms, if any,
-// for a channels-last operand beside an NCHW one, and none with FMA math alone.
-View in_layout_of(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
-  if (tensor_dims(v) && channels_last(v) == channels_last(like)) return v;
-  return dense_like(v, buffer, channels_last(like));
-}
-
-// in_layout_of, filled from v.
-View operand_like(const View& v, const View& like, std::optional<DeviceBuffer>& buffer) {
-  const View d = in_layout_of(v, like, buffer);
-  if (d.data != v.data) copy(d, v);
-  return d;
-}
-
-// x with the explicit zero rows and columns of `pad` around it, in `buffer`: zeroed, and
-// when `fill_from_x`, x copied into its interior. Returns the padded view; *interior (if
-// given) is the part that x covers.
-View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
+// x with the explicit zero rows and columns of `pad` around it, in `buffer` (x's layout):
+// zeroed, and when `fill_from_x`, x copied into its interior. Returns the padded view;
+// *interior (if given) is the part that x covers.
+View padded(const View& x, const ConvPadding& pad, bool fill_from_x, bool nhwc,
             std::optional<DeviceBuffer>& buffer, View* interior = nullptr) {
   View big = x;
   big.shape[2] += pad.extra_top + pad.extra_bottom;
   big.shape[3] += pad.extra_left + pad.extra_right;
-  big = dense_like(big, buffer, channels_last(x));
+  big = dense_like(big, buffer, nhwc);
   fill(big, 0.0);
   View in = big;
   in.shape = x.shape;
@@ -88,9 +99,9 @@ View padded(const View& x, const ConvPadding& pad, bool fill_from_x,
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const View& w) {
+  FilterDesc(const View& w, bool nhwc) {
     RF_CHECK_CUDNN(cudnnCreateFilterDescriptor(&d));
-    const auto layout = filter_layout(w);
+    const auto layout = filter_layout(w, nhwc);
     RF_CHECK_CUDNN(cudnnSetFilter4dDescriptor(
         d, data_type(w.dtype), *layout == FilterLayout::nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
         static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
@@ -116,30 +127,34 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// The operands of one call, made describable, with their descriptors.
-struct Call {
-  bool tf32 = allow_tf32();  // read once per call, first: the descriptor and the key agree
-  View x, w, y;  // y: the convolution's output (dy for the backward passes)
+// The descriptors of one legacy call on operands cuDNN can describe.
+struct LegacyCall {
   TensorDesc xd, yd;
   FilterDesc wd;
   ConvDesc cd;
-  ConvKey key;
-  Call(const View& x_, const View& w_, const View& y_, const ConvPadding& pad,
-       const Conv2dParams& p, ConvDirection direction)
-      : x(x_), w(w_), y(y_), xd(x), yd(y), wd(w), cd(pad, p, x.dtype, tf32) {
-    RF_CHECK_CUDA(cudaGetDevice(&key.device));
-    key.direction = direction;
-    key.dtype = x.dtype;
-    key.tf32 = tf32;
-    key.x = *tensor_dims(x);
-    key.y = *tensor_dims(y);
-    key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
-             static_cast<int>(w.shape[2]), static_cast<int>(w.shape[3])};
-    key.w_layout = *filter_layout(w);
-    key.params = {pad.pad_h, pad.pad_w, p.stride_h, p.stride_w, p.dilation_h, p.dilation_w};
-    key.align = {alignment(x.data), alignment(w.data), alignment(y.data)};
-  }
+  LegacyCall(const View& x, const View& w, const View& y, const ConvPadding& pad, const Conv2dParams& p,
+             bool tf32, bool nhwc)
+      : xd(x, nhwc), yd(y, nhwc), wd(w, nhwc), cd(pad, p, x.dtype, tf32) {}
 };
+
+ConvKey conv_key(ConvDirection direction, const View& x, const View& w, const View& y,
+                 const Conv2dParams& p, bool tf32, bool explicit_zeros, bool nhwc) {
+  ConvKey key;
+  RF_CHECK_CUDA(cudaGetDevice(&key.device));
+  key.direction = direction;
+  key.dtype = x.dtype;
+  key.tf32 = tf32;
+  key.explicit_zeros = explicit_zeros;
+  key.x = *tensor_dims(x, nhwc);
+  key.y = *tensor_dims(y, nhwc);
+  key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
+           static_cast<int>(w.shape[3])};
+  key.w_layout = *filter_layout(w, nhwc);
+  key.params = {p.pad_top, p.pad_bottom, p.pad_left, p.pad_right, p.stride_h, p.stride_w, p.dilation_h,
+                p.dilation_w};
+  key.align = {alignment(x.data), alignment(w.data), alignment(y.data)};
+  return key;
+}
 
 // cuDNN ran none of its algorithms for a call (with FMA math alone it has none for some
 // channels-last shapes): the caller may try again in NCHW.
@@ -147,14 +162,25 @@ struct NoAlgorithm : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a search found: candidates of both APIs; a graph candidate's index points into
+// plans, a legacy one's into maths (the math type cuDNN measured it with).
+struct Candidates {
+  std::vector<ConvCandidate> list;
+  std::vector<std::shared_ptr<ConvPlan>> plans;
+  std::vector<cudnnMathType_t> maths;
+  std::string graph_error;  // why the graph API gave no candidates, where it failed
+};
+
 struct Chosen {
-  int algo;  // -1: none qualified (cached, so that the search is not repeated)
-  size_t workspace;
-  cudnnMathType_t math;  // the candidate's: set on the descriptor before the call
+  bool none = false;  // nothing qualified (cached, so that the search is not repeated)
+  std::string why;    // then: the candidates
+  ConvCandidate candidate;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;  // legacy: set on the descriptor before the call
+  std::shared_ptr<ConvPlan> plan;             // graph
 };
 
 template <class Perf>
-ConvCandidate candidate(const Perf& r) {
+ConvCandidate legacy_candidate(const Perf& r) {
   ConvCandidate c;
   c.algo = static_cast<int>(r.algo);
   c.ok = r.status == CUDNN_STATUS_SUCCESS;
@@ -166,50 +192,256 @@ ConvCandidate candidate(const Perf& r) {
   return c;
 }
 
-// The cached algorithm for call.key, measured by `find` (which fills up to 16 Perf results
-// and their count, given a workspace) on a miss.
-template <class Perf, class Find>
-Chosen choose(const Call& call, const char* op, Find&& find) {
-  static std::mutex mutex;
-  static auto* cache = new std::map<ConvKey, Chosen>;  // never destroyed, as the handles
-  {
-    std::lock_guard lock(mutex);
-    if (const auto it = cache->find(call.key); it != cache->end()) {
-      if (it->second.algo < 0) throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm");
-      return it->second;
+template <class Perf>
+void add_legacy(const Perf* results, int count, Candidates& out) {
+  for (int i = 0; i < count; ++i) {
+    ConvCandidate c = legacy_candidate(results[i]);
+    c.index = static_cast<int>(out.maths.size());
+    out.maths.push_back(results[i].mathType);
+    out.list.push_back(c);
+  }
+}
+
+// cudnnFind*AlgorithmEx of one direction on the call's operands (x, w, y: dx / dw / dy as
+// the direction has them).
+void legacy_find(ConvDirection d, cudnnHandle_t h, const LegacyCall& c, const View& x, const View& w,
+                 const View& y, void* ws, size_t limit, Candidates& out) {
+  int n = 0;
+  switch (d) {
+    case ConvDirection::forward: {
+      cudnnConvolutionFwdAlgoPerf_t r[16];
+      RF_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(h, c.xd.d, x.data, c.wd.d, w.data, c.cd.d, c.yd.d,
+                                                            y.data, 16, &n, r, ws, limit));
+      return add_legacy(r, n, out);
     }
+    case ConvDirection::backward_data: {
+      cudnnConvolutionBwdDataAlgoPerf_t r[16];
+      RF_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(h, c.wd.d, w.data, c.yd.d, y.data, c.cd.d,
+                                                                 c.xd.d, x.data, 16, &n, r, ws, limit));
+      return add_legacy(r, n, out);
+    }
+    case ConvDirection::backward_filter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t r[16];
+      RF_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, c.xd.d, x.data, c.yd.d, y.data, c.cd.d,
+                                                                   c.wd.d, w.data, 16, &n, r, ws, limit));
+      return add_legacy(r, n, out);
+    }
+  }
+}
+
+void legacy_run(ConvDirection d, cudnnHandle_t h, const LegacyCall& c, const Chosen& chosen, const View& x,
+                const View& w, const View& y, void* ws) {
+  const Scalars s(x.dtype);
+  const size_t size = chosen.candidate.workspace;
+  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(c.cd.d, chosen.math));  // as measured
+  switch (d) {
+    case ConvDirection::forward:
+      RF_CHECK_CUDNN(cudnnConvolutionForward(h, s.one(), c.xd.d, x.data, c.wd.d, w.data, c.cd.d,
+                                             static_cast<cudnnConvolutionFwdAlgo_t>(chosen.candidate.algo),
+                                             ws, size, s.zero(), c.yd.d, y.data));
+      return;
+    case ConvDirection::backward_data:
+      RF_CHECK_CUDNN(cudnnConvolutionBackwardData(
+          h, s.one(), c.wd.d, w.data, c.yd.d, y.data, c.cd.d,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(chosen.candidate.algo), ws, size, s.zero(), c.xd.d, x.data));
+      return;
+    case ConvDirection::backward_filter:
+      RF_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
+          h, s.one(), c.xd.d, x.data, c.yd.d, y.data, c.cd.d,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(chosen.candidate.algo), ws, size, s.zero(), c.wd.d,
+          w.data));
+      return;
+  }
+}
+
+// A CUDA event, destroyed with its scope.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { RF_CHECK_CUDA(cudaEventCreate(&e)); }
+  ~Event() { cudaEventDestroy(e); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+// The plan's time on these operands, ms: the better of two runs after a warm-up (the
+// legacy API's search times its algorithms the same way, on the same stream).
+float time_plan(cudnnHandle_t h, const ConvPlan& plan, const View& x, const View& w, const View& y, void* ws) {
+  execute(h, plan, x.data, w.data, y.data, ws);
+  Event start, stop;
+  float best = 0;
+  for (int run = 0; run < 2; ++run) {
+    RF_CHECK_CUDA(cudaEventRecord(start.e, cudaStreamLegacy));
+    execute(h, plan, x.data, w.data, y.data, ws);
+    RF_CHECK_CUDA(cudaEventRecord(stop.e, cudaStreamLegacy));
+    RF_CHECK_CUDA(cudaEventSynchronize(stop.e));
+    float ms = 0;
+    RF_CHECK_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
+    best = run == 0 ? ms : std::min(best, ms);
+  }
+  return best;
+}
+
+// The graph API's candidates: configurations of the instant heuristics and the fallback list
+// that could qualify (engine_tried, and the math choose_algorithm takes for the dtype), each
+// made a plan and timed. A graph cuDNN refuses gives none (the legacy API may still have some).
+void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const View& w, const View& y,
+                bool tf32, void* ws, size_t limit, Candidates& out) {
+  std::shared_ptr<ConvOperationGraph> graph;
+  std::vector<ConvEngineConfig> configs;
+  try {
+    graph = build_conv_graph(spec, h);
+    configs = heuristic_configs(*graph, CUDNN_HEUR_MODE_INSTANT, kInstantConfigs);
+    for (ConvEngineConfig& c : heuristic_configs(*graph, CUDNN_HEUR_MODE_FALLBACK, kFallbackConfigs))
+      configs.push_back(std::move(c));
+  } catch (const std::runtime_error& e) {
+    out.graph_error = e.what();
+    return;
+  }
+  for (const ConvEngineConfig& config : configs) {
+    ConvCandidate c;
+    c.source = ConvSource::graph;
+    c.engine = config.engine;
+    c.math = engine_math(config.notes);
+    if (!engine_tried(config.notes) || !qualifies(c.math, spec.dtype, tf32)) continue;
+    std::shared_ptr<ConvPlan> plan;
+    try {
+      plan = make_plan(graph, config, h);
+    } catch (const std::runtime_error&) {
+    }
+    if (!plan) continue;
+    c.workspace = static_cast<size_t>(plan->workspace);
+    if (c.workspace <= limit) {
+      try {
+        c.time_ms = time_plan(h, *plan, x, w, y, ws);
+        c.ok = true;
+      } catch (const std::runtime_error&) {
+      }
+    }
+    c.index = static_cast<int>(out.plans.size());
+    out.plans.push_back(c.ok ? plan : nullptr);
+    out.list.push_back(c);
+  }
+}
+
+// What was chosen for each key, and the lines cudnn_conv_choices() reports.
+struct ChoiceCache {
+  std::mutex mutex;
+  std::map<ConvKey, Chosen> chosen;
+  std::vector<std::string> lines;
+};
+ChoiceCache& choice_cache() {
+  static auto* cache = new ChoiceCache;  // never destroyed, as the handles
+  return *cache;
+}
+
+const char* direction_name(ConvDirection d) {
+  return d == ConvDirection::forward ? "forward" : d == ConvDirection::backward_data ? "backward-data"
+                                                                                      : "backward-filter";
+}
+
+// "forward bf16 x (256, 64, 32, 32) nhwc w (128, 64, 3, 3): graph engine 12 tensor-ops ... (best
+// legacy: algo 1 ...; 11 candidates)"
+std::string choice_line(const ConvKey& key, const View& x, const View& w, const Chosen& c,
+                        const Candidates& found) {
+  const bool nhwc = key.w_layout == FilterLayout::nhwc;  // every operand is in the call's layout
+  std::string line = std::string(direction_name(key.direction)) + " " + dtype_name(key.dtype) +
+                     (key.tf32 && key.dtype == DType::f32 ? " tf32" : "") + " x " + shape_str(x.shape) +
+                     (nhwc ? " nhwc" : " nchw") + " w " + shape_str(w.shape) + ": ";
+  line += c.none ? "none" : describe_candidate(c.candidate);
+  // The best of the other API, where it had one, for comparison.
+  for (const ConvSource other : {ConvSource::legacy, ConvSource::graph}) {
+    if (c.none || other == c.candidate.source) continue;
+    std::vector<ConvCandidate> theirs;
+    for (const ConvCandidate& k : found.list)
+      if (k.source == other) theirs.push_back(k);
+    const auto best = choose_algorithm(theirs.data(), static_cast<int>(theirs.size()), key.dtype, key.tf32,
+                                       kWorkspaceLimit);
+    line += best ? " (best " + std::string(other == ConvSource::graph ? "graph" : "legacy") + ": " +
+                       describe_candidate(*best) + ")"
+                 : "";
+  }
+  line += "; " + std::to_string(found.list.size()) + " candidates";
+  return found.graph_error.empty() ? line : line + "; graph API: " + found.graph_error;
+}
+
+// The cached choice for key; on a miss, `search` fills the candidates (given a workspace of
+// `limit` bytes) and the fastest that qualifies is kept.
+Chosen choose(const ConvKey& key, const View& x, const View& w,
+              const std::function<void(void*, size_t, Candidates&)>& search) {
+  ChoiceCache& cache = choice_cache();
+  {
+    std::lock_guard lock(cache.mutex);
+    if (const auto it = cache.chosen.find(key); it != cache.chosen.end()) return it->second;
   }
   size_t free_bytes = 0, total = 0;
   RF_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
   const size_t limit = std::min(kWorkspaceLimit, free_bytes / 2);
-  Perf results[16];
-  int count = 0;
+  Candidates found;
   {
     DeviceBuffer workspace(limit);
-    find(results, &count, workspace.data(), limit);
+    search(workspace.data(), limit, found);
   }
-  ConvCandidate candidates[16];
-  cudnnMathType_t maths[16];
-  for (int i = 0; i < count; ++i) {
-    candidates[i] = candidate(results[i]);
-    candidates[i].index = i;
-    maths[i] = results[i].mathType;
+  Chosen chosen;
+  const auto best = choose_algorithm(found.list.data(), static_cast<int>(found.list.size()), key.dtype,
+                                     key.tf32, limit);
+  if (best) {
+    chosen.candidate = *best;
+    if (best->source == ConvSource::graph) chosen.plan = found.plans[static_cast<size_t>(best->index)];
+    else chosen.math = found.maths[static_cast<size_t>(best->index)];
+  } else {
+    chosen.none = true;
+    chosen.why = describe_candidates(found.list.data(), static_cast<int>(found.list.size()));
   }
-  const auto best = choose_algorithm(candidates, count, call.key.dtype, call.key.tf32, limit);
-  if (!best) {
-    // Remembered only when the search had the whole workspace: with less (memory was short)
-    // a later call searches again.
-    std::lock_guard lock(mutex);
-    if (limit == kWorkspaceLimit) cache->emplace(call.key, Chosen{-1, 0, CUDNN_DEFAULT_MATH});
-    throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " +
-                             shape_str(call.x.shape) + " w " + shape_str(call.w.shape) + " " +
-                             dtype_name(call.x.dtype) + " (candidates: " +
-                             describe_candidates(candidates, count) + ")");
+  std::lock_guard lock(cache.mutex);
+  // A search with less than the whole workspace (memory was short) is not remembered when it
+  // found nothing: a later call searches again.
+  if (best || limit == kWorkspaceLimit) {
+    cache.chosen.emplace(key, chosen);
+    cache.lines.push_back(choice_line(key, x, w, chosen, found));
   }
-  const Chosen chosen{best->algo, best->workspace, maths[best->index]};
-  std::lock_guard lock(mutex);
-  cache->emplace(call.key, chosen);
   return chosen;
+}
+
+// Runs one direction on operands in one layout that cuDNN describes (x, w, y: dx / dw / dy as
+// the direction has them). `graph`: the candidates of both APIs compete, asymmetric padding
+// going to the graph API alone; else only the legacy API's, for operands padded with explicit
+// zeros. Returns false when the graph API had no plan for asymmetric padding (the caller then
+// pads); throws NoAlgorithm when nothing qualified otherwise.
+bool run_conv(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p,
+              bool nhwc, bool graph, const char* op) {
+  const bool tf32 = allow_tf32();  // read once per call, first: the descriptors and the key agree
+  const ConvPadding pad = conv_padding(p);
+  const bool legacy = !pad.explicit_zeros();
+  const ConvKey key = conv_key(d, x, w, y, p, tf32, /*explicit_zeros=*/!graph, nhwc);
+  cudnnHandle_t h = cudnn_handle();
+  std::optional<LegacyCall> call;  // made when the legacy API searches or runs
+  const auto legacy_call = [&]() -> const LegacyCall& {
+    if (!call) call.emplace(x, w, y, pad, p, tf32, nhwc);
+    return *call;
+  };
+  const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
+    if (graph)
+      if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc))
+        graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
+    if (legacy) legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
+  });
+  if (c.none) {
+    if (graph && !legacy) return false;
+    throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +
+                      " w " + shape_str(w.shape) + " " + dtype_name(x.dtype) + " (candidates: " + c.why + ")");
+  }
+  DeviceBuffer workspace(c.candidate.workspace);
+  if (c.plan) execute(h, *c.plan, x.data, w.data, y.data, workspace.data());
+  else legacy_run(d, h, legacy_call(), c, x, w, y, workspace.data());
+  return true;
+}
+
+// p with the padding cuDNN's legacy API gets once the explicit zeros carry the rest.
+Conv2dParams symmetric(const Conv2dParams& p, const ConvPadding& pad) {
+  Conv2dParams s = p;
+  s.pad_top = s.pad_bottom = pad.pad_h;
+  s.pad_left = s.pad_right = pad.pad_w;
+  return s;
 }
 
 // Checks shapes and dtypes as the reference does.
@@ -235,163 +467,167 @@ void check_conv(const View& x, const View& w, const View& y, const Conv2dParams&
          ", " + std::to_string(Q) + "), not y " + shape_str(y.shape));
 }
 
-// w itself when it is in x's layout, else a buffer (not filled) of w's shape in that layout:
-// cuDNN has few algorithms, if any, for a channels-last filter with an NCHW input or the
-// other way round.
-View filter_like(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
-  const FilterLayout want = channels_last(x) ? FilterLayout::nhwc : FilterLayout::nchw;
-  if (filter_layout(w) == want) return w;
-  return dense_like(w, buffer, want == FilterLayout::nhwc);
+// A reordered filter kept in its weight's DerivedCache: valid while the weight's version is.
+struct ReorderedFilter {
+  std::mutex mutex;
+  std::optional<uint64_t> version;  // of the weight it was copied from; none: not filled
+  std::optional<DeviceBuffer> buffer;
+};
+
+// Whether cuDNN can take the filter w as it is in a call that runs NHWC (nhwc) or NCHW.
+bool filter_in_layout(const View& w, bool nhwc) {
+  return filter_layout(w, nhwc) == (nhwc ? FilterLayout::nhwc : FilterLayout::nchw);
 }
 
-// w in x's layout (filter_like), filled.
-View filter_operand(const View& w, const View& x, std::optional<DeviceBuffer>& buffer) {
-  const View d = filter_like(w, x, buffer);
-  if (d.data != w.data) copy(d, w);
+// The filter gradient dw as the call writes it: itself, or a buffer (not filled) in the layout.
+View filter_output(const View& dw, bool nhwc, std::optional<DeviceBuffer>& buffer) {
+  return filter_in_layout(dw, nhwc) ? dw : dense_like(dw, buffer, nhwc);
+}
+
+// The filter w in the call's layout, filled: cuDNN has few algorithms, if any, for a filter in
+// another layout than the activations'. A weight read in another layout than its own is
+// reordered once per version, not once per call: forward and backward-data of one step share
+// the copy, kept in the weight storage's DerivedCache (View::derived).
+View filter_operand(const View& w, bool nhwc, std::optional<DeviceBuffer>& buffer) {
+  if (filter_in_layout(w, nhwc)) return w;
+  if (!w.derived || !w.is_contiguous()) {
+    const View d = dense_like(w, buffer, nhwc);
+    copy(d, w);
+    return d;
+  }
+  View d = dense_layout(w, nhwc);
+  const std::string key = std::string("cudnn_filter_nhwc ") + shape_str(w.shape) + " " + dtype_name(w.dtype) +
+                          " @" + std::to_string(reinterpret_cast<uintptr_t>(w.data));
+  const auto entry = std::static_pointer_cast<ReorderedFilter>(
+      w.derived->entry(key, [] { return std::make_shared<ReorderedFilter>(); }));
+  std::lock_guard lock(entry->mutex);
+  if (!entry->buffer) entry->buffer.emplace(static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
+  d.data = entry->buffer->data();
+  if (entry->version != w.version) {
+    copy(d, w);
+    entry->version = w.version;
+  }
   return d;
 }
 
-void forward_in(const View& y, const View& x, const View& w, const View* bias,
-                const Conv2dParams& p) {
-  if (y.numel() == 0) return;
-  const ConvPadding pad = conv_padding(p);
+void forward_in(const View& y, const View& x, const View& w, const View* bias, const Conv2dParams& p,
+                bool nhwc) {
+  const char* op = "conv2d_forward";
   std::optional<DeviceBuffer> xb, wb, yb;
-  const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
-  const View wv = filter_operand(w, xv, wb);
-  const View yv = in_layout_of(y, xv, yb);
-  const Call call(xv, wv, yv, pad, p, ConvDirection::forward);
-  cudnnHandle_t h = cudnn_handle();
-  const Chosen c = choose<cudnnConvolutionFwdAlgoPerf_t>(call, "conv2d_forward",
-      [&](cudnnConvolutionFwdAlgoPerf_t* r, int* n, void* ws, size_t size) {
-        RF_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(
-            h, call.xd.d, xv.data, call.wd.d, wv.data, call.cd.d, call.yd.d, yv.data, 16, n, r, ws, size));
-      });
-  const Scalars s(x.dtype);
-  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));  // as measured
-  DeviceBuffer workspace(c.workspace);
-  RF_CHECK_CUDNN(cudnnConvolutionForward(h, s.one(), call.xd.d, xv.data, call.wd.d, wv.data,
-                                         call.cd.d, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo),
-                                         workspace.data(), c.workspace, s.zero(), call.yd.d, yv.data));
+  const View xv = operand(x, nhwc, /*fill=*/true, xb);
+  const View wv = filter_operand(w, nhwc, wb);
+  const View yv = operand(y, nhwc, /*fill=*/false, yb);
+  if (!run_conv(ConvDirection::forward, xv, wv, yv, p, nhwc, /*graph=*/true, op)) {
+    const ConvPadding pad = conv_padding(p);
+    std::optional<DeviceBuffer> pb;
+    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
+    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), nhwc, /*graph=*/false, op);
+  }
   if (bias) {
     if (bias->dtype != y.dtype || bias->dim() != 1 || bias->shape[0] != y.shape[1])
       throw std::invalid_argument("cuda conv2d_forward: bias " + shape_str(bias->shape) + " " +
                                   dtype_name(bias->dtype) + " for y " + shape_str(y.shape));
-    const TensorDesc bd(*bias, 0);
-    RF_CHECK_CUDNN(cudnnAddTensor(h, s.one(), bd.d, bias->data, s.one(), call.yd.d, yv.data));
+    const Scalars s(x.dtype);
+    const TensorDesc bd(*bias, 0), yd(yv, nhwc);
+    RF_CHECK_CUDNN(cudnnAddTensor(cudnn_handle(), s.one(), bd.d, bias->data, s.one(), yd.d, yv.data));
   }
   if (yv.data != y.data) copy(y, yv);
 }
 
-void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
-  if (dx.numel() == 0) return;
-  const ConvPadding pad = conv_padding(p);
+void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2dParams& p, bool nhwc) {
+  const char* op = "conv2d_backward_data";
   std::optional<DeviceBuffer> dxb, dyb, wb;
-  View interior;
-  const View dxv = pad.explicit_zeros() ? padded(dx, pad, /*fill_from_x=*/false, dxb, &interior)
-                                        : (tensor_dims(dx) ? dx : dense_like(dx, dxb, channels_last(dx)));
-  const View dyv = operand_like(dy, dxv, dyb);
-  const View wv = filter_operand(w, dxv, wb);
-  if (dy.numel() == 0) {
-    fill(dx, 0.0);
-    return;
+  const View dxv = operand(dx, nhwc, /*fill=*/false, dxb);
+  const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
+  const View wv = filter_operand(w, nhwc, wb);
+  if (!run_conv(ConvDirection::backward_data, dxv, wv, dyv, p, nhwc, /*graph=*/true, op)) {
+    // Into a buffer with the explicit zeros' rows and columns; its interior is dx.
+    const ConvPadding pad = conv_padding(p);
+    std::optional<DeviceBuffer> pb;
+    View interior;
+    const View big = padded(dxv, pad, /*fill_from_x=*/false, nhwc, pb, &interior);
+    run_conv(ConvDirection::backward_data, big, wv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
+    copy(dxv, interior);
   }
-  const Call call(dxv, wv, dyv, pad, p, ConvDirection::backward_data);
-  cudnnHandle_t h = cudnn_handle();
-  const Scalars s(dx.dtype);
-  const Chosen c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(call, "conv2d_backward_data",
-      [&](cudnnConvolutionBwdDataAlgoPerf_t* r, int* n, void* ws, size_t size) {
-        RF_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d, call.xd.d, dxv.data, 16, n, r, ws, size));
-      });
-  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));
-  DeviceBuffer workspace(c.workspace);
-  RF_CHECK_CUDNN(cudnnConvolutionBackwardData(
-      h, s.one(), call.wd.d, wv.data, call.yd.d, dyv.data, call.cd.d,
-      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace.data(), c.workspace, s.zero(),
-      call.xd.d, dxv.data));
-  if (pad.explicit_zeros()) copy(dx, interior);
-  else if (dxv.data != dx.data) copy(dx, dxv);
+  if (dxv.data != dx.data) copy(dx, dxv);
+}
+
+void backward_bias(const View& db, const View& dy, bool nhwc) {
+  if (db.dtype != dy.dtype || db.dim() != 1 || db.shape[0] != dy.shape[1])
+    throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db.shape) + " " +
+                                dtype_name(db.dtype) + " for dy " + shape_str(dy.shape));
+  const Scalars s(dy.dtype);
+  const TensorDesc bd(db, 0), yd(dy, nhwc);
+  const cudnnStatus_t status = cudnnConvolutionBackwardBias(cudnn_handle(), s.one(), yd.d, dy.data, s.zero(),
+                                                            bd.d, db.data);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) {
+    // cuDNN 9 refuses some shapes (a (1, 1, 1, 1) dy on an H100): the own sum over N, H, W.
+    View out = db;
+    const int64_t K = db.shape[0], s1 = db.strides[0];
+    out.shape = {1, K, 1, 1};
+    out.strides = {K * s1, s1, s1, s1};
+    cuda_backend()->reduce(ReduceOp::sum, out, dy);
+  } else {
+    RF_CHECK_CUDNN(status);
+  }
 }
 
 void backward_weights_in(const View& dw, const View* db, const View& dy, const View& x,
-                         const Conv2dParams& p) {
-  const ConvPadding pad = conv_padding(p);
+                         const Conv2dParams& p, bool nhwc) {
+  const char* op = "conv2d_backward_weights";
   std::optional<DeviceBuffer> xb, dyb, dwb;
-  const View xv = pad.explicit_zeros() ? padded(x, pad, /*fill_from_x=*/true, xb) : describable(x, xb);
-  const View dyv = operand_like(dy, xv, dyb);
-  const View dwv = filter_like(dw, xv, dwb);
-  cudnnHandle_t h = cudnn_handle();
-  const Scalars s(x.dtype);
-  if (dy.numel() == 0) {
-    fill(dw, 0.0);
-    if (db) fill(*db, 0.0);
-    return;
+  const View xv = operand(x, nhwc, /*fill=*/true, xb);
+  const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
+  const View dwv = filter_output(dw, nhwc, dwb);
+  if (!run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, /*graph=*/true, op)) {
+    const ConvPadding pad = conv_padding(p);
+    std::optional<DeviceBuffer> pb;
+    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
+    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
   }
-  const Call call(xv, dwv, dyv, pad, p, ConvDirection::backward_filter);
-  const Chosen c = choose<cudnnConvolutionBwdFilterAlgoPerf_t>(call, "conv2d_backward_weights",
-      [&](cudnnConvolutionBwdFilterAlgoPerf_t* r, int* n, void* ws, size_t size) {
-        RF_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d, call.wd.d, dwv.data, 16, n, r, ws, size));
-      });
-  RF_CHECK_CUDNN(cudnnSetConvolutionMathType(call.cd.d, c.math));
-  DeviceBuffer workspace(c.workspace);
-  RF_CHECK_CUDNN(cudnnConvolutionBackwardFilter(
-      h, s.one(), call.xd.d, xv.data, call.yd.d, dyv.data, call.cd.d,
-      static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace.data(), c.workspace,
-      s.zero(), call.wd.d, dwv.data));
   if (dwv.data != dw.data) copy(dw, dwv);
-  if (db) {
-    if (db->dtype != dy.dtype || db->dim() != 1 || db->shape[0] != dy.shape[1])
-      throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db->shape) +
-                                  " " + dtype_name(db->dtype) + " for dy " + shape_str(dy.shape));
-    const TensorDesc bd(*db, 0);
-    const cudnnStatus_t status =
-        cudnnConvolutionBackwardBias(h, s.one(), call.yd.d, dyv.data, s.zero(), bd.d, db->data);
-    if (status == CUDNN_STATUS_NOT_SUPPORTED) {
-      // cuDNN 9 refuses some shapes (a (1, 1, 1, 1) dy on an H100): the own sum over N, H, W.
-      View out = *db;
-      const int64_t K = db->shape[0], s1 = db->strides[0];
-      out.shape = {1, K, 1, 1};
-      out.strides = {K * s1, s1, s1, s1};
-      cuda_backend()->reduce(ReduceOp::sum, out, dyv);
-    } else {
-      RF_CHECK_CUDNN(status);
-    }
-  }
+  if (db) backward_bias(*db, dyv, nhwc);
 }
 
-// Runs `conv(anchor)`, the other operands following the anchor's layout; when cuDNN has no
-// algorithm for a channels-last anchor, again on an NCHW copy of it (an output: copied back).
+// Runs `conv(nhwc)`: channels-last where either activation is (the framework lays out
+// 16-bit activations so on CUDA: framework/memory_format.h), the other converted; where cuDNN
+// has no algorithm channels-last (with FMA math alone it has none for some shapes), again in
+// NCHW.
 template <class Conv>
-void with_nchw_fallback(const View& anchor, bool is_output, Conv&& conv) {
+void in_either_layout(const View& a, const View& b, Conv&& conv) {
+  const bool nhwc = channels_last(a) || channels_last(b);
   try {
-    conv(anchor);
+    conv(nhwc);
     return;
   } catch (const NoAlgorithm&) {
-    if (!channels_last(anchor)) throw;
+    if (!nhwc) throw;
   }
-  std::optional<DeviceBuffer> buffer;
-  const View nchw = dense_like(anchor, buffer);
-  if (!is_output) copy(nchw, anchor);
-  conv(nchw);
-  if (is_output) copy(anchor, nchw);
+  conv(false);
 }
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
   check_conv(x, w, y, p, "conv2d_forward");
-  with_nchw_fallback(x, false, [&](const View& xa) { forward_in(y, xa, w, bias, p); });
+  if (y.numel() == 0) return;
+  in_either_layout(x, y, [&](bool nhwc) { forward_in(y, x, w, bias, p, nhwc); });
 }
 
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
   check_conv(dx, w, dy, p, "conv2d_backward_data");
-  with_nchw_fallback(dx, true, [&](const View& dxa) { backward_data_in(dxa, dy, w, p); });
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0) return fill(dx, 0.0);
+  in_either_layout(dx, dy, [&](bool nhwc) { backward_data_in(dx, dy, w, p, nhwc); });
 }
 
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p) {
   check_conv(x, dw, dy, p, "conv2d_backward_weights");
-  with_nchw_fallback(x, false, [&](const View& xa) { backward_weights_in(dw, db, dy, xa, p); });
+  if (dy.numel() == 0) {
+    fill(dw, 0.0);
+    if (db) fill(*db, 0.0);
+    return;
+  }
+  in_either_layout(x, dy, [&](bool nhwc) { backward_weights_in(dw, db, dy, x, p, nhwc); });
 }
 
 }  // namespace
@@ -403,5 +639,15 @@ void set_conv_kernels(Backend& b) {
 }
 
 }  // namespace ringflow::cuda
+
+namespace ringflow {
+
+std::vector<std::string> cudnn_conv_choices() {
+  cuda::ChoiceCache& cache = cuda::choice_cache();
+  std::lock_guard lock(cache.mutex);
+  return cache.lines;
+}
+
+}  // namespace ringflow
 
 #pragma GCC diagnostic pop

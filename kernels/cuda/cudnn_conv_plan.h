@@ -1,15 +1,17 @@
 // How a convolution over strided Views maps onto cuDNN's descriptors, in plain C++ so that a
 // host test checks it without a GPU (tests/cudnn_conv_plan_test.cpp). Used by cudnn_conv.cpp.
 //
-// Note [Asymmetric padding on cuDNN]: cuDNN pads symmetrically. For pad_top != pad_bottom
-// (or left != right) cuDNN gets the smaller of the two on each axis, and x is first copied
-// into a zeroed buffer that carries the rest (`extra_*`) as explicit zero rows/columns;
-// backward-data writes into such a buffer and its interior is copied into dx.
+// Note [Asymmetric padding on cuDNN]: the graph API takes padding before and after each axis;
+// the legacy API pads symmetrically. For it, with pad_top != pad_bottom (or left != right),
+// cuDNN gets the smaller of the two on each axis, and x is first copied into a zeroed buffer
+// that carries the rest (`extra_*`) as explicit zero rows/columns; backward-data writes into
+// such a buffer and its interior is copied into dx.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -46,14 +48,17 @@ struct TensorDims {
   bool operator==(const TensorDims&) const = default;
 };
 
-inline std::optional<TensorDims> tensor_dims(const View& v) {
+// A view both contiguous and channels-last (size-1 dims: C = 1, or H = W = 1) is described in
+// the layout `prefer_nhwc` names: the same memory either way, and cuDNN has more algorithms
+// where every operand of a call is described in one layout.
+inline std::optional<TensorDims> tensor_dims(const View& v, bool prefer_nhwc = false) {
   if (v.dim() != 4) return std::nullopt;
   TensorDims d;
   // A dense layout implies no overlap; anything else is not taken.
   if (!v.is_contiguous() && !v.is_channels_last()) return std::nullopt;
-  const bool nhwc = !v.is_contiguous();
+  const bool nhwc = v.is_contiguous() && v.is_channels_last() ? prefer_nhwc : !v.is_contiguous();
   // Strides of size-1 dims carry no information; give them the dense layout's values.
-  const int64_t N = v.shape[0], C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   const std::array<int64_t, 4> dense =
       nhwc ? std::array<int64_t, 4>{H * W * C, 1, W * C, C}
            : std::array<int64_t, 4>{C * H * W, H * W, W, 1};
@@ -62,16 +67,18 @@ inline std::optional<TensorDims> tensor_dims(const View& v) {
     d.sizes[i] = static_cast<int>(v.shape[i]);
     d.strides[i] = static_cast<int>(std::max<int64_t>(dense[i], 1));
   }
-  (void)N;
   return d;
 }
 
-// Filters: cuDNN takes dense KCRS (NCHW) or KRSC (NHWC) only.
+// Filters: cuDNN takes dense KCRS (NCHW) or KRSC (NHWC) only; one that is both (1x1, or
+// C = 1) is described as prefer_nhwc says.
 enum class FilterLayout { nchw, nhwc };
-inline std::optional<FilterLayout> filter_layout(const View& w) {
+inline std::optional<FilterLayout> filter_layout(const View& w, bool prefer_nhwc = false) {
   if (w.dim() != 4) return std::nullopt;
-  if (w.is_contiguous()) return FilterLayout::nchw;
-  if (w.is_channels_last()) return FilterLayout::nhwc;
+  const bool contiguous = w.is_contiguous(), last = w.is_channels_last();
+  if (contiguous && last) return prefer_nhwc ? FilterLayout::nhwc : FilterLayout::nchw;
+  if (contiguous) return FilterLayout::nchw;
+  if (last) return FilterLayout::nhwc;
   return std::nullopt;
 }
 
@@ -93,14 +100,18 @@ struct ConvKey {
   ConvDirection direction = ConvDirection::forward;
   DType dtype = DType::f32;
   bool tf32 = false;
+  // The legacy API on operands padded with explicit zeros (Note [Asymmetric padding on
+  // cuDNN]), after the graph API had no plan for the unpadded ones.
+  bool explicit_zeros = false;
   TensorDims x, y;
   std::array<int, 4> w{};
   FilterLayout w_layout = FilterLayout::nchw;
-  std::array<int64_t, 6> params{};  // pad_h, pad_w, stride h/w, dilation h/w
-  std::array<int, 3> align{};       // alignment() of x, w, y
+  // pad top, bottom, left, right, stride h/w, dilation h/w
+  std::array<int64_t, 8> params{};
+  std::array<int, 3> align{};  // alignment() of x, w, y
   auto tie() const {
-    return std::tie(device, direction, dtype, tf32, x.sizes, x.strides, y.sizes, y.strides, w,
-                    w_layout, params, align);
+    return std::tie(device, direction, dtype, tf32, explicit_zeros, x.sizes, x.strides, y.sizes,
+                    y.strides, w, w_layout, params, align);
   }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
 };
@@ -109,6 +120,10 @@ struct ConvKey {
 // tensor cores (TF32 for f32).
 enum class ConvMath { fma, default_math, tensor_ops };
 
+// Where a candidate comes from: the legacy API's algorithms (cudnnFind*AlgorithmEx) or the
+// graph API's engine configurations (heuristics, then timed here).
+enum class ConvSource : uint8_t { legacy, graph };
+
 // One of cuDNN's measured candidates, reduced to what the choice needs.
 struct ConvCandidate {
   int algo = 0;
@@ -116,25 +131,116 @@ struct ConvCandidate {
   ConvMath math = ConvMath::fma;
   float time_ms = 0;
   size_t workspace = 0;  // bytes
-  int index = 0;         // position in cuDNN's list
+  int index = 0;         // position in its source's list
+  ConvSource source = ConvSource::legacy;
+  int64_t engine = -1;   // graph: the engine's global index (for messages)
 };
+
+// Note [Which cuDNN kernels a convolution may take]: f32 without TF32 takes only kernels
+// without tensor cores, f64 never takes tensor cores, f16 and bf16 take any, which is where
+// their speed lies. The legacy API states a kernel's math type; the graph API states notes
+// instead, and an engine that notes TENSOR_CORE or DOWN_CONVERT_INPUTS is tensor-core math
+// (TF32 for f32 data). A filter "no tensor-core notes unless TF32 is allowed" applied to
+// every dtype would put 16-bit convolutions on FMA kernels at a fraction of the tensor
+// cores' rate, so the dtype decides first (as choose_algorithm does). Engines that reduce in
+// 16 bits (REDUCED_PRECISION_REDUCTION) are refused for every dtype (the accumulation
+// stays f32, as the legacy descriptors ask), and those compiled at run time
+// (RUNTIME_COMPILATION: seconds of NVRTC per shape, on the first step) are not tried.
+struct EngineNotes {
+  bool tensor_core = false, down_convert_inputs = false, reduced_precision_reduction = false;
+  bool runtime_compilation = false;
+};
+inline ConvMath engine_math(const EngineNotes& n) {
+  return n.tensor_core || n.down_convert_inputs ? ConvMath::tensor_ops : ConvMath::fma;
+}
+inline bool engine_tried(const EngineNotes& n) {
+  return !n.reduced_precision_reduction && !n.runtime_compilation;
+}
 
 // The fastest candidate that ran and fits the workspace limit; for f32 without TF32 only FMA
 // math qualifies (default math may use TF32), f64 never takes tensor cores, 16-bit dtypes
-// take any. cuDNN lists candidates fastest first, but the choice does not rely on it.
-// nullopt when none qualifies.
+// take any (Note [Which cuDNN kernels a convolution may take]). Candidates of both sources
+// compete on their measured times; the lists need not be sorted. nullopt when none qualifies.
+inline bool qualifies(ConvMath math, DType dtype, bool allow_tf32) {
+  if (dtype == DType::f32 && !allow_tf32) return math == ConvMath::fma;
+  if (dtype == DType::f64) return math != ConvMath::tensor_ops;
+  return true;
+}
 inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candidates, int count,
                                                      DType dtype, bool allow_tf32,
                                                      size_t workspace_limit) {
   std::optional<ConvCandidate> best;
   for (int i = 0; i < count; ++i) {
     const ConvCandidate& c = candidates[i];
-    if (!c.ok || c.workspace > workspace_limit) continue;
-    if (dtype == DType::f32 && !allow_tf32 && c.math != ConvMath::fma) continue;
-    if (dtype == DType::f64 && c.math == ConvMath::tensor_ops) continue;
+    if (!c.ok || c.workspace > workspace_limit || !qualifies(c.math, dtype, allow_tf32)) continue;
     if (!best || c.time_ms < best->time_ms) best = c;
   }
   return best;
+}
+
+// The graph API's view of one convolution: its three tensors (dims and strides in
+// elements, a unique id, the byte alignment its pointer guarantees), and the convolution's
+// paddings (asymmetric ones too: no explicit zeros), strides and dilations. For backward
+// data, x is dx and y is dy; for backward filter, w is dw and y is dy.
+struct GraphTensorSpec {
+  std::array<int64_t, 4> dims{}, strides{};
+  int64_t uid = 0;
+  int64_t alignment = 0;  // bytes
+};
+struct ConvGraphSpec {
+  ConvDirection direction = ConvDirection::forward;
+  DType dtype = DType::f32;
+  GraphTensorSpec x, w, y;
+  std::array<int64_t, 2> pre_padding{}, post_padding{}, stride{}, dilation{};
+};
+
+// The unique ids of the operands in the graph and in each call's variant pack.
+constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
+
+// An operand's BYTE_ALIGNMENT for the graph API: its address's alignment() capped at 16,
+// the widest vector load cuDNN's kernels ask for.
+inline int64_t graph_alignment(int align) { return std::min(align, 16); }
+
+// nullopt when a view has no descriptor (tensor_dims) or a size exceeds cuDNN's int range.
+// nhwc: the layout of the call, for views that are both (tensor_dims).
+inline std::optional<ConvGraphSpec> conv_graph_spec(ConvDirection direction, const View& x,
+                                                    const View& w, const View& y,
+                                                    const Conv2dParams& p, bool nhwc = false) {
+  const auto xd = tensor_dims(x, nhwc), wd = tensor_dims(w, nhwc), yd = tensor_dims(y, nhwc);
+  if (!xd || !wd || !yd) return std::nullopt;
+  const auto tensor = [](const TensorDims& d, int64_t uid, const void* ptr) {
+    GraphTensorSpec t;
+    for (int i = 0; i < 4; ++i) {
+      t.dims[i] = d.sizes[i];
+      t.strides[i] = d.strides[i];
+    }
+    t.uid = uid;
+    t.alignment = graph_alignment(alignment(ptr));
+    return t;
+  };
+  ConvGraphSpec s;
+  s.direction = direction;
+  s.dtype = x.dtype;
+  s.x = tensor(*xd, kUidX, x.data);
+  s.w = tensor(*wd, kUidW, w.data);
+  s.y = tensor(*yd, kUidY, y.data);
+  s.pre_padding = {p.pad_top, p.pad_left};
+  s.post_padding = {p.pad_bottom, p.pad_right};
+  s.stride = {p.stride_h, p.stride_w};
+  s.dilation = {p.dilation_h, p.dilation_w};
+  return s;
+}
+
+// One candidate in words: "graph engine 12 tensor-ops 1048576 B 0.412 ms", "algo 1 fma failed".
+inline std::string describe_candidate(const ConvCandidate& c) {
+  const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
+  std::string out = c.source == ConvSource::graph ? "graph engine " + std::to_string(c.engine)
+                                                  : "algo " + std::to_string(c.algo);
+  out += std::string(" ") + math + " ";
+  if (!c.ok) return out + "failed";
+  char time[32];
+  std::snprintf(time, sizeof time, " %.3f ms", c.time_ms);
+  return out + std::to_string(c.workspace) + " B" + time;
 }
 
 // cuDNN's candidates in one line, for an error that says why none qualified.
@@ -142,9 +248,7 @@ inline std::string describe_candidates(const ConvCandidate* candidates, int coun
   std::string out;
   for (int i = 0; i < count; ++i) {
     const ConvCandidate& c = candidates[i];
-    const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
-    out += (i ? "; algo " : "algo ") + std::to_string(c.algo) + " " + math + " " +
-           (c.ok ? std::to_string(c.workspace) + " B" : std::string("failed"));
+    out += (i ? "; " : "") + describe_candidate(c);
   }
   return count ? out : std::string("none listed");
 }

@@ -37,8 +37,9 @@ struct Scalars {
 // A 4-D view that tensor_dims() describes, or a (1, K, 1, 1) bias vector.
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const View& v) {
-    const TensorDims dims = *tensor_dims(v);
+  // prefer_nhwc: the layout a view that is both contiguous and channels-last is described in.
+  explicit TensorDesc(const View& v, bool prefer_nhwc = false) {
+    const TensorDims dims = *tensor_dims(v, prefer_nhwc);
     RF_CHECK_CUDNN(cudnnCreateTensorDescriptor(&d));
     RF_CHECK_CUDNN(cudnnSetTensorNdDescriptor(d, data_type(v.dtype), 4, dims.sizes.data(), dims.strides.data()));
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/cuda_kernels.h"
 
 namespace ringflow::cuda {
 
@@ -14,10 +15,13 @@ cudnnHandle_t cudnn_handle() {
   static std::mutex mutex;
   static auto* handles = new std::map<int, cudnnHandle_t>;  // never destroyed: see header
   std::lock_guard lock(mutex);
-  if (const auto it = handles->find(device); it != handles->end()) return it->second;
+  if (const auto it = handles->find(device); it != handles->end()) {
+    RF_CHECK_CUDNN(cudnnSetStream(it->second, compute_stream()));  // a CUDA graph's, while capturing
+    return it->second;
+  }
   cudnnHandle_t handle = nullptr;
   RF_CHECK_CUDNN(cudnnCreate(&handle));
-  RF_CHECK_CUDNN(cudnnSetStream(handle, cudaStreamLegacy));
+  RF_CHECK_CUDNN(cudnnSetStream(handle, compute_stream()));
   handles->emplace(device, handle);
   return handle;
 }

@@ -68,13 +68,13 @@ struct DeviceExec {
   template <class F>
   void elementwise(int64_t n, const F& f) const {
     if (n <= 0) return;
-    elementwise_kernel<<<static_cast<unsigned>(blocks_for(n)), kBlock, 0, /*stream=*/0>>>(n, f);
+    elementwise_kernel<<<static_cast<unsigned>(blocks_for(n)), kBlock, 0, cuda::compute_stream()>>>(n, f);
     RF_CHECK_CUDA(cudaGetLastError());
   }
   template <class F>
   void rows(int64_t rows, const F& f) const {
     if (rows <= 0) return;
-    rows_kernel<<<static_cast<unsigned>(blocks_for_rows(rows)), kBlock, 0, /*stream=*/0>>>(rows, f);
+    rows_kernel<<<static_cast<unsigned>(blocks_for_rows(rows)), kBlock, 0, cuda::compute_stream()>>>(rows, f);
     RF_CHECK_CUDA(cudaGetLastError());
   }
 };

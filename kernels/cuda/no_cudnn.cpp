@@ -1,5 +1,6 @@
 // Builds without cuDNN: batch norm stays on the own kernels (convolutions too: simt_conv.cu).
 #include "ringflow/kernels/cuda/cuda_kernels.h"
+#include "ringflow/kernels/cudnn_choices.h"
 
 namespace ringflow::cuda {
 
@@ -8,3 +9,9 @@ void use_cudnn_batch_norm(Backend&) {}
 std::string cudnn_version() { return "not built in (-Dcudnn=disabled or not found)"; }
 
 }  // namespace ringflow::cuda
+
+namespace ringflow {
+
+std::vector<std::string> cudnn_conv_choices() { return {}; }
+
+}  // namespace ringflow

@@ -11,4 +11,8 @@ void batch_norm_convert_stats(const View& out, const View& in, double eps, bool 
   simt::batch_norm_convert_stats(simt::DeviceExec{}, out, in, eps, to_var);
 }
 
+void batch_norm_add_relu(const View& y, const View* residual) {
+  simt::add_relu(simt::DeviceExec{}, y, residual);
+}
+
 }  // namespace ringflow::cuda

@@ -33,10 +33,14 @@ const Backend& reference_backend() {
     b.batch_norm_forward_train = reference::batch_norm_forward_train;
     b.batch_norm_forward_eval = reference::batch_norm_forward_eval;
     b.batch_norm_backward = reference::batch_norm_backward;
+    b.batch_norm_relu_forward_train = reference::batch_norm_relu_forward_train;
+    b.batch_norm_relu_backward = reference::batch_norm_relu_backward;
+    b.batch_norm_update_stats = reference::batch_norm_update_stats;
     b.softmax_forward = reference::softmax_forward;
     b.softmax_backward = reference::softmax_backward;
     b.sgd_step = reference::sgd_step;
     b.adam_step = reference::adam_step;
+    b.unscale_grads = reference::unscale_grads;
     return b;
   }();
   return table;

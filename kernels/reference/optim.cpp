@@ -64,4 +64,24 @@ void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamS
   }
 }
 
+void unscale_grads(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                   const View& found_inf) {
+  const char* op = "unscale_grads";
+  check(is_floating(dtype), op, std::string("needs a floating dtype, got ") + dtype_name(dtype));
+  check(inv_scale.numel() == 1 && inv_scale.dtype == DType::f32 && found_inf.numel() == 1 &&
+            found_inf.dtype == DType::f32,
+        op, "inv_scale and found_inf must be one f32 each");
+  const double inv = load_f64(inv_scale, 0);
+  bool inf = false;
+  for (const OptimizerSlot& s : slots) {
+    const View g = flat(s.param, dtype, s.numel);
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const double v = load_f64(g, i) * inv;
+      inf |= !std::isfinite(v);
+      store_f64(g, i, v);
+    }
+  }
+  if (inf) store_f64(found_inf, 0, 1.0);
+}
+
 }  // namespace ringflow::reference

@@ -73,6 +73,15 @@ void batch_norm_forward_eval(const View& y, const View& x, const View& mean, con
 void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta,
                          const View& dy, const View& x, const View& mean, const View& var,
                          const View* gamma, double eps);
+void batch_norm_relu_forward_train(const View& y, const View& mean, const View& var,
+                                   const View& x, const View* gamma, const View* beta,
+                                   const View* residual, double eps);
+void batch_norm_relu_backward(const View& dx, const View* dresidual, const View* dgamma,
+                              const View* dbeta, const View& dy, const View& y, const View& x,
+                              const View& mean, const View& var, const View* gamma, double eps);
+void batch_norm_update_stats(const View* running_mean, const View* running_var,
+                             const View* num_batches_tracked, const View& mean, const View& var,
+                             double momentum, int64_t count);
 
 // softmax.cpp
 void softmax_forward(const View& y, const View& x, int64_t dim, bool log);
@@ -81,5 +90,7 @@ void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim
 // optim.cpp
 void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h);
 void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
+void unscale_grads(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                   const View& found_inf);
 
 }  // namespace ringflow::reference

@@ -2,10 +2,14 @@
 // and backward run one block per channel (two-pass statistics: mean, then the biased variance
 // of the deviations); eval is elementwise. Statistics and sums in float (double for f64);
 // gamma, beta, mean and var may be of any floating dtype (f32 with 16-bit activations).
+// The same bodies run the fused forms, y = relu(bn(x) + residual) and its backward (the
+// relu's mask read from y, dresidual written beside dx), and the running statistics'
+// update is one small launch.
 #pragma once
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/indexer.h"
 #include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
@@ -60,6 +64,9 @@ struct BatchNormTrainBody {
   ChannelVector mean, var, gamma, beta;
   int64_t count;  // elements per channel
   double eps;
+  bool relu = false;            // y = relu(bn(x) + residual)
+  const T* residual = nullptr;  // may be null
+  ChannelWalk wr{};
 
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t c) const {
@@ -77,7 +84,11 @@ struct BatchNormTrainBody {
       mean.set(c, mu);
       var.set(c, v);
     });
-    block.for_each(count, [&](int64_t k) { y[wy.offset(c, k)] = store<T>((xa(k) - mu) * invstd * g + b); });
+    block.for_each(count, [&](int64_t k) {
+      A out = (xa(k) - mu) * invstd * g + b;
+      if (residual) out = out + load(residual[wr.offset(c, k)]);
+      y[wy.offset(c, k)] = store<T>(relu && !(out > A(0)) ? A(0) : out);
+    });
   }
 };
 
@@ -109,13 +120,18 @@ struct BatchNormBackwardBody {
   ChannelVector mean, var, gamma, dgamma, dbeta;
   int64_t count;
   double eps;
+  const T* y = nullptr;    // the fused forward's output: dz = y > 0 ? dy : 0
+  T* dresidual = nullptr;  // dz, where asked for
+  ChannelWalk wyy{}, wdr{};
 
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t c) const {
     using A = acc_t<T>;
     const A mu = static_cast<A>(mean.get(c, 0.0));
     const A invstd = A(1) / simt::sqrt(static_cast<A>(var.get(c, 1.0)) + static_cast<A>(eps));
-    const auto g = [&](int64_t k) { return load(dy[wdy.offset(c, k)]); };
+    const auto g = [&](int64_t k) {
+      return y && !(load(y[wyy.offset(c, k)]) > A(0)) ? A(0) : load(dy[wdy.offset(c, k)]);
+    };
     const auto xhat = [&](int64_t k) { return (load(x[wx.offset(c, k)]) - mu) * invstd; };
     const auto plus = [](A a, A b) { return a + b; };
     const A sum_dy = block.reduce(count, A(0), g, plus);
@@ -126,8 +142,52 @@ struct BatchNormBackwardBody {
     });
     const A scale = static_cast<A>(gamma.get(c, 1.0)) * invstd, n = static_cast<A>(count);
     block.for_each(count, [&](int64_t k) {
-      dx[wdx.offset(c, k)] = store<T>(scale * (g(k) - sum_dy / n - xhat(k) * sum_dy_xhat / n));
+      const A gk = g(k);
+      dx[wdx.offset(c, k)] = store<T>(scale * (gk - sum_dy / n - xhat(k) * sum_dy_xhat / n));
+      if (dresidual) dresidual[wdr.offset(c, k)] = store<T>(gk);
     });
+  }
+};
+
+// The running statistics' update of backend.h's batch_norm_update_stats, one block: every
+// thread reads num_batches_tracked before the first thread writes it back.
+struct BatchNormStatsBody {
+  ChannelVector running_mean, running_var, mean, var;
+  int64_t* num_batches_tracked;  // may be null
+  int64_t C, count;
+  double momentum;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t) const {
+    const int64_t* n = num_batches_tracked;
+    const int64_t batches = block.reduce(1, int64_t(0), [&](int64_t) { return n ? *n + 1 : int64_t(0); },
+                                         [](int64_t a, int64_t b) { return a + b; });
+    const double f = momentum >= 0 ? momentum : 1.0 / static_cast<double>(batches);
+    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+    block.for_each(C, [&](int64_t c) {
+      if (running_mean.p) running_mean.set(c, (1 - f) * running_mean.get(c, 0.0) + f * mean.get(c, 0.0));
+      if (running_var.p) running_var.set(c, (1 - f) * running_var.get(c, 0.0) + f * var.get(c, 0.0) * unbias);
+    });
+    block.for_each(1, [&](int64_t) {
+      if (num_batches_tracked) *num_batches_tracked = batches;
+    });
+  }
+};
+
+// The elementwise tail of a fused forward whose batch norm ran elsewhere (cuDNN):
+// y = relu(y + residual), in place; residual may be null.
+template <class T>
+struct AddReluBody {
+  T* y;
+  const T* residual;  // may be null
+  Indexer<2> ix;      // y, residual (y again without one)
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    int64_t off[2];
+    ix.offsets(i, off);
+    A v = load(y[off[0]]);
+    if (residual) v = v + load(residual[off[1]]);
+    y[off[0]] = store<T>(v > A(0) ? v : A(0));
   }
 };
 
@@ -149,18 +209,29 @@ inline ChannelVector channel_vector(const View* v, int64_t C, const char* op, co
 template <class Exec>
 void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
                               const View& var, const View& x, const View* gamma,
-                              const View* beta, double eps) {
-  const char* op = "batch_norm_forward_train";
+                              const View* beta, double eps, bool relu = false,
+                              const View* residual = nullptr) {
+  const char* op = relu ? "batch_norm_relu_forward_train" : "batch_norm_forward_train";
   const int64_t C = bn_channels(x, op);
   check_same_shape(y, x, op);
   check_same_dtype(y, x, op);
+  if (residual) {
+    check_same_shape(*residual, x, op);
+    check_same_dtype(*residual, x, op);
+  }
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    exec.rows(C, BatchNormTrainBody<T>{y.ptr<T>(), x.ptr<const T>(), channel_walk(y),
-                                       channel_walk(x), m, v, g, b, count, eps});
+    BatchNormTrainBody<T> body{y.ptr<T>(), x.ptr<const T>(), channel_walk(y), channel_walk(x), m, v, g, b,
+                               count, eps};
+    body.relu = relu;
+    if (residual) {
+      body.residual = residual->ptr<const T>();
+      body.wr = channel_walk(*residual);
+    }
+    exec.rows(C, body);
   });
 }
 
@@ -185,22 +256,67 @@ void batch_norm_forward_eval(const Exec& exec, const View& y, const View& x, con
 template <class Exec>
 void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, const View* dbeta,
                          const View& dy, const View& x, const View& mean, const View& var,
-                         const View* gamma, double eps) {
-  const char* op = "batch_norm_backward";
+                         const View* gamma, double eps, const View* y = nullptr,
+                         const View* dresidual = nullptr) {
+  const char* op = y ? "batch_norm_relu_backward" : "batch_norm_backward";
   const int64_t C = bn_channels(x, op);
-  check_same_shape(dx, x, op);
-  check_same_shape(dy, x, op);
-  check_same_dtype(dx, x, op);
-  check_same_dtype(dy, x, op);
+  for (const View* v : {&dx, &dy, y, dresidual}) {
+    if (!v) continue;
+    check_same_shape(*v, x, op);
+    check_same_dtype(*v, x, op);
+  }
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma");
   const ChannelVector dg = channel_vector(dgamma, C, op, "dgamma"), db = channel_vector(dbeta, C, op, "dbeta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    exec.rows(C, BatchNormBackwardBody<T>{dx.ptr<T>(), dy.ptr<const T>(), x.ptr<const T>(),
-                                          channel_walk(dx), channel_walk(dy), channel_walk(x),
-                                          m, v, g, dg, db, count, eps});
+    BatchNormBackwardBody<T> body{dx.ptr<T>(), dy.ptr<const T>(), x.ptr<const T>(), channel_walk(dx),
+                                  channel_walk(dy), channel_walk(x), m, v, g, dg, db, count, eps};
+    if (y) {
+      body.y = y->ptr<const T>();
+      body.wyy = channel_walk(*y);
+    }
+    if (dresidual) {
+      body.dresidual = dresidual->ptr<T>();
+      body.wdr = channel_walk(*dresidual);
+    }
+    exec.rows(C, body);
+  });
+}
+
+template <class Exec>
+void batch_norm_update_stats(const Exec& exec, const View* running_mean, const View* running_var,
+                             const View* num_batches_tracked, const View& mean, const View& var,
+                             double momentum, int64_t count) {
+  const char* op = "batch_norm_update_stats";
+  check(mean.dim() == 1 && var.shape == mean.shape, op,
+        "mean " + shape_str(mean.shape) + " and var " + shape_str(var.shape) + " must be one vector each");
+  const int64_t C = mean.shape[0];
+  check(!num_batches_tracked || (num_batches_tracked->numel() == 1 && num_batches_tracked->dtype == DType::i64),
+        op, "num_batches_tracked must be one i64");
+  check(count > 1, op, "needs more than one element per channel, got " + std::to_string(count));
+  check(momentum >= 0 || num_batches_tracked, op, "a cumulative average (momentum < 0) needs num_batches_tracked");
+  exec.rows(1, BatchNormStatsBody{channel_vector(running_mean, C, op, "running_mean"),
+                                  channel_vector(running_var, C, op, "running_var"),
+                                  channel_vector(&mean, C, op, "mean"), channel_vector(&var, C, op, "var"),
+                                  num_batches_tracked ? num_batches_tracked->ptr<int64_t>() : nullptr, C, count,
+                                  momentum});
+}
+
+// y = relu(y + residual) in place (residual may be null): the tail of a fused forward
+// whose batch norm ran elsewhere.
+template <class Exec>
+void add_relu(const Exec& exec, const View& y, const View* residual) {
+  const char* op = "batch_norm_relu_forward_train";
+  if (residual) {
+    check_same_shape(*residual, y, op);
+    check_same_dtype(*residual, y, op);
+  }
+  visit_floating(y.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    exec.elementwise(y.numel(), AddReluBody<T>{y.ptr<T>(), residual ? residual->ptr<const T>() : nullptr,
+                                               make_indexer<2>({&y, residual ? residual : &y}, op)});
   });
 }
 
@@ -244,6 +360,21 @@ void set_batch_norm_kernels(Backend& b) {
                              const View& dy, const View& x, const View& mean, const View& var,
                              const View* gamma, double eps) {
     batch_norm_backward(Exec{}, dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+  };
+  b.batch_norm_relu_forward_train = [](const View& y, const View& mean, const View& var,
+                                       const View& x, const View* gamma, const View* beta,
+                                       const View* residual, double eps) {
+    batch_norm_forward_train(Exec{}, y, mean, var, x, gamma, beta, eps, /*relu=*/true, residual);
+  };
+  b.batch_norm_relu_backward = [](const View& dx, const View* dresidual, const View* dgamma,
+                                  const View* dbeta, const View& dy, const View& y, const View& x,
+                                  const View& mean, const View& var, const View* gamma, double eps) {
+    batch_norm_backward(Exec{}, dx, dgamma, dbeta, dy, x, mean, var, gamma, eps, &y, dresidual);
+  };
+  b.batch_norm_update_stats = [](const View* running_mean, const View* running_var,
+                                 const View* num_batches_tracked, const View& mean, const View& var,
+                                 double momentum, int64_t count) {
+    batch_norm_update_stats(Exec{}, running_mean, running_var, num_batches_tracked, mean, var, momentum, count);
   };
 }
 

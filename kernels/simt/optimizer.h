@@ -1,8 +1,11 @@
 // Fused multi-tensor optimizer updates (SGD with momentum, Nesterov and weight decay; Adam;
-// AdamW), the rules of kernels/backend.h's SgdStep and AdamStep. Many parameters go in one
-// launch: each is cut into chunks of kChunk elements, one block per chunk, and a block finds
-// its parameter in a table of up to kMaxSlots passed with the launch (longer lists take
-// several launches). Arithmetic in float (double for f64), one rounding per stored value.
+// AdamW), the rules of kernels/backend.h's SgdStep and AdamStep, and the grad scaler's
+// unscale-and-check. Many parameters go in one launch: each is cut into chunks of kChunk
+// elements, one block per chunk, and a block finds its parameter (binary search) in a table
+// of up to kMaxSlots passed with the launch: 512 parameters, so that every model here takes
+// one launch per dtype (the table is ~24 KB of kernel parameters, which CUDA 12.1 and later
+// take on Volta and newer GPUs; longer lists take several launches). Arithmetic in float
+// (double for f64), one rounding per stored value.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +17,7 @@
 
 namespace ringflow::simt {
 
-constexpr int kMaxSlots = 40;        // parameters per launch: the table fits a launch's 4 KB
+constexpr int kMaxSlots = 512;       // parameters per launch: the table fits a launch's 32 KB
 constexpr int64_t kChunk = 16 * kBlock;  // elements per block
 
 struct SlotTable {
@@ -33,8 +36,13 @@ struct SlotTable {
   };
   template <class T>
   RF_HD Chunk<T> chunk(int64_t c) const {
-    int i = 0;
-    while (c >= first_chunk[i + 1]) ++i;
+    int lo = 0, hi = count - 1;  // the slot i with first_chunk[i] <= c < first_chunk[i + 1]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (first_chunk[mid] <= c) lo = mid;
+      else hi = mid - 1;
+    }
+    const int i = lo;
     const OptimizerSlot& s = slots[i];
     const int64_t start = (c - first_chunk[i]) * kChunk;
     const auto at = [start](void* p) { return p ? static_cast<T*>(p) + start : nullptr; };
@@ -106,18 +114,39 @@ struct AdamBody {
   }
 };
 
+// The grad scaler's unscale and check (backend.h's unscale_grads): each slot's `param` is a
+// gradient, multiplied in place by *inv_scale; a non-finite element sets *found_inf to 1.
+template <class T>
+struct UnscaleBody {
+  SlotTable table;
+  const float* inv_scale;
+  float* found_inf;
+
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t chunk) const {
+    using A = acc_t<T>;
+    const auto c = table.template chunk<T>(chunk);
+    const A inv = static_cast<A>(*inv_scale);
+    block.for_each(c.len, [&](int64_t i) {
+      const A g = load(c.param[i]) * inv;
+      if (simt::isnan(g) || simt::isnan(g - g)) *found_inf = 1.0f;  // NaN, or inf (inf - inf)
+      c.param[i] = store<T>(g);
+    });
+  }
+};
+
 // Runs body over `slots` in launches of at most kMaxSlots parameters.
 template <class Exec, class Body, class Step>
 void multi_tensor(const Exec& exec, const std::vector<OptimizerSlot>& slots, const Step& h,
-                  const char* op) {
+                  const char* op, bool needs_grad = true) {
   for (size_t first = 0; first < slots.size(); first += kMaxSlots) {
     Body body{};
-    body.h = h;
+    set_step(body, h);
     const size_t n = std::min<size_t>(kMaxSlots, slots.size() - first);
     for (size_t i = 0; i < n; ++i) {
       const OptimizerSlot& s = slots[first + i];
-      check(s.numel >= 0 && s.param && s.grad, op, "slot " + std::to_string(first + i) +
-                                                       " lacks its parameter or gradient");
+      check(s.numel >= 0 && s.param && (s.grad || !needs_grad), op,
+            "slot " + std::to_string(first + i) + " lacks its parameter or gradient");
       body.table.slots[i] = s;
       body.table.first_chunk[i + 1] = body.table.first_chunk[i] + (s.numel + kChunk - 1) / kChunk;
     }
@@ -126,8 +155,39 @@ void multi_tensor(const Exec& exec, const std::vector<OptimizerSlot>& slots, con
   }
 }
 
+// The launch's constants into a body (multi_tensor's Step argument).
+template <class Body, class Step>
+void set_step(Body& body, const Step& h) {
+  body.h = h;
+}
+struct UnscaleArgs {
+  const float* inv_scale;
+  float* found_inf;
+};
+template <class T>
+void set_step(UnscaleBody<T>& body, const UnscaleArgs& a) {
+  body.inv_scale = a.inv_scale;
+  body.found_inf = a.found_inf;
+}
+
+template <class Exec>
+void unscale_grads(const Exec& exec, DType dtype, const std::vector<OptimizerSlot>& slots,
+                   const View& inv_scale, const View& found_inf) {
+  const char* op = "unscale_grads";
+  check(inv_scale.numel() == 1 && inv_scale.dtype == DType::f32 && found_inf.numel() == 1 &&
+            found_inf.dtype == DType::f32,
+        op, "inv_scale and found_inf must be one f32 each");
+  visit_floating(dtype, op, [&](auto tag) {
+    multi_tensor<Exec, UnscaleBody<decltype(tag)>>(exec, slots, UnscaleArgs{inv_scale.ptr<const float>(),
+                                                                              found_inf.ptr<float>()},
+                                                   op, /*needs_grad=*/false);
+  });
+}
+
 template <class Exec>
 void set_optimizer_kernels(Backend& b) {
+  b.unscale_grads = [](DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                       const View& found_inf) { unscale_grads(Exec{}, dtype, slots, inv_scale, found_inf); };
   b.sgd_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
     visit_floating(dtype, "sgd_step", [&](auto tag) {
       multi_tensor<Exec, SgdBody<decltype(tag)>>(Exec{}, slots, h, "sgd_step");

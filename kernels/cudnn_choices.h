@@ -1,0 +1,15 @@
+// What cuDNN was chosen to run for each convolution shape so far in the process: one line
+// per (direction, dtype, shapes, layout) with the winning candidate and the best of the other
+// API (kernels/cuda/cudnn_conv.cpp). bench/kernels and bench/train_step --profile-ops print
+// them, so that a GPU run shows whether 16-bit convolutions reach tensor-core kernels.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ringflow {
+
+// Empty in builds without cuDNN.
+std::vector<std::string> cudnn_conv_choices();
+
+}  // namespace ringflow

@@ -1,0 +1,117 @@
+// Memory formats (framework/memory_format.h): the names, where a convolution lays out its
+// output under each format, that the ops after it keep that layout through a
+// conv-bn-relu-pool-add chain and its backward, that parameters and their gradients stay in
+// PyTorch's layout, and that every format computes the numbers of the reference kernels.
+#include "ringflow/tests/testing.h"
+
+using namespace ringflow;
+using ringflow::testing::all_close;
+using ringflow::testing::seeded;
+
+namespace {
+
+// NHWC in memory and not NCHW (C, H, W > 1, where the two differ).
+bool nhwc(const Tensor& t) { return t.is_channels_last() && !t.is_contiguous(); }
+
+struct Chain {
+  Tensor x, w1, b1, gamma, beta, w2, out;
+};
+
+// conv -> batch norm + relu -> max pool -> conv -> + pooled -> relu, then backward of a
+// weighted sum; `layouts` gets whether each activation was channels-last.
+Chain run_chain(MemoryFormat format, DType dtype, std::vector<bool>* layouts) {
+  const MemoryFormatGuard guard(format);
+  Chain c;
+  c.x = seeded({2, 3, 8, 8}, 1, dtype).requires_grad_();
+  c.w1 = seeded({6, 3, 3, 3}, 2, dtype).requires_grad_();
+  c.b1 = seeded({6}, 3, dtype).requires_grad_();
+  c.gamma = seeded({6}, 4, dtype).requires_grad_();
+  c.beta = seeded({6}, 5, dtype).requires_grad_();
+  c.w2 = seeded({6, 6, 1, 1}, 6, dtype).requires_grad_();
+  Tensor rm = zeros({6}, dtype), rv = ones({6}, dtype);
+  Tensor h1 = conv2d(c.x, c.w1, c.b1, conv2d_params({1, 1}, {1, 1}));
+  Tensor h2 = batch_norm_relu(h1, rm, rv, c.gamma, c.beta, /*training=*/true, 0.1, 1e-5);
+  Tensor h3 = max_pool2d(h2, pool2d_params({2, 2}));
+  Tensor h4 = conv2d(h3, c.w2, Tensor(), conv2d_params({1, 1}, {0, 0}));
+  c.out = relu(add(h4, h3));
+  for (const Tensor* t : {&h1, &h2, &h3, &h4, &c.out}) layouts->push_back(nhwc(*t));
+  sum(mul(c.out, seeded(c.out.shape(), 7, dtype))).backward();
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("memory formats by name") {
+  for (const std::string& name : memory_format_names())
+    CHECK(memory_format_name(memory_format_from_name(name)) == name);
+  CHECK(memory_format_names() == std::vector<std::string>{"auto", "nchw", "nhwc"});
+  CHECK_THROWS_WITH_AS(memory_format_from_name("channels_last"),
+                       doctest::Contains("'channels_last' is none of auto, nchw, nhwc"), std::invalid_argument);
+  CHECK(memory_format() == MemoryFormat::automatic);
+  {
+    const MemoryFormatGuard guard(MemoryFormat::nchw);
+    CHECK(memory_format() == MemoryFormat::nchw);
+  }
+  CHECK(memory_format() == MemoryFormat::automatic);
+}
+
+TEST_CASE("where a convolution's output is channels-last") {
+  const Device cpu = Device::cpu(), cuda = Device::cuda(0);
+  for (const Device d : {cpu, cuda})
+    for (const DType dt : {DType::f32, DType::bf16, DType::f16})
+      for (const bool in_cl : {false, true})
+        for (const bool prefers : {false, true}) {
+          CHECK_FALSE(conv_output_channels_last(MemoryFormat::nchw, d, dt, in_cl, prefers));
+          CHECK(conv_output_channels_last(MemoryFormat::nhwc, d, dt, in_cl, prefers));
+          // auto: a channels-last input or a device that prefers it keeps it
+          if (in_cl || prefers) CHECK(conv_output_channels_last(MemoryFormat::automatic, d, dt, in_cl, prefers));
+        }
+  // auto, an NCHW input on a device without a preference: channels-last only for 16-bit on
+  // CUDA (the tensor-core kernels' layout, Note [16-bit activations channels-last on CUDA])
+  CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cpu, DType::bf16, false, false));
+  CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f32, false, false));
+  CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::bf16, false, false));
+  CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f16, false, false));
+}
+
+TEST_CASE("a conv-bn-relu-pool-add chain keeps the format's layout, forward and backward") {
+  // The reference kernels in f64: the truth, and NCHW whatever the format (no preference).
+  std::vector<bool> ref_layouts;
+  Chain ref;
+  {
+    ReferenceKernelsGuard reference;
+    ref = run_chain(MemoryFormat::nchw, DType::f64, &ref_layouts);
+  }
+  for (const MemoryFormat format : {MemoryFormat::automatic, MemoryFormat::nchw, MemoryFormat::nhwc}) {
+    CAPTURE(memory_format_name(format));
+    std::vector<bool> layouts;
+    const Chain c = run_chain(format, DType::f32, &layouts);  // the cpu (oneDNN) kernels
+    // auto on the cpu: oneDNN's preference, channels-last
+    const bool want = format != MemoryFormat::nchw;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      CAPTURE(i);
+      CHECK(layouts[i] == want);
+    }
+    CHECK(nhwc(c.x.grad()) == nhwc(c.x));  // an input's gradient in the input's layout
+    for (const Tensor* p : {&c.w1, &c.w2}) CHECK(p->grad().is_contiguous());  // PyTorch's
+    CHECK(all_close(c.out, ref.out, 1e-5, 1e-5, "out"));
+    CHECK(all_close(c.x.grad(), ref.x.grad(), 1e-4, 1e-5, "x.grad"));
+    CHECK(all_close(c.w1.grad(), ref.w1.grad(), 1e-4, 1e-4, "w1.grad"));
+    CHECK(all_close(c.b1.grad(), ref.b1.grad(), 1e-4, 1e-4, "b1.grad"));
+    CHECK(all_close(c.gamma.grad(), ref.gamma.grad(), 1e-4, 1e-4, "gamma.grad"));
+    CHECK(all_close(c.w2.grad(), ref.w2.grad(), 1e-4, 1e-4, "w2.grad"));
+  }
+}
+
+TEST_CASE("to(dtype, channels_last): one copy in the asked layout, the gradient in the source's") {
+  const Tensor w = seeded({4, 3, 2, 2}, 8, DType::f32).requires_grad_();
+  const Tensor cl = w.to(DType::bf16, /*channels_last=*/true);
+  CHECK(cl.dtype() == DType::bf16);
+  CHECK(nhwc(cl));
+  CHECK(all_close(cl, w, 1e-2, 1e-2, "cast"));
+  CHECK(w.to(DType::f32, /*channels_last=*/false).impl() == w.impl());  // already so: itself
+  sum(mul(cl, seeded(cl.shape(), 9, DType::bf16))).backward();
+  CHECK(w.grad().dtype() == DType::f32);
+  CHECK(w.grad().is_contiguous());
+  CHECK(all_close(w.grad(), seeded(w.shape(), 9, DType::bf16).to(DType::f32), 0, 0, "grad"));
+}
