@@ -117,6 +117,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // i64
 Tensor matmul(const Tensor& a, const Tensor& b);
 // y = x @ w^T + bias; x (..., in), w (out, in), bias (out) or undefined.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias = {});
+// relu(linear(x, w, bias)): an MLP layer's forward in one kernel where the device's table has
+// matmul_bias (cuBLASLt's RELU_BIAS epilogue on CUDA), composed otherwise.
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& bias = {});
 
 // --- shape and indexing (ops/shape_ops.cpp, ops/index.cpp)
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

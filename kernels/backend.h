@@ -102,6 +102,11 @@ struct Backend {
 
   // out (B, M, N) = a (B, M, K) @ b (B, K, N); any strides (batch stride 0 broadcasts).
   void (*matmul)(const View& out, const View& a, const View& b) = nullptr;
+  // Linear's forward as one kernel: out (M, N) = a (M, K) @ b (K, N) + bias (N), then relu
+  // when asked, summed and biased in the accumulation type and rounded once (cuBLASLt's
+  // BIAS and RELU_BIAS epilogues); floating dtypes, all operands of one. Null: the framework
+  // composes matmul, add and relu.
+  void (*matmul_bias)(const View& out, const View& a, const View& b, const View& bias, bool relu) = nullptr;
 
   // out = in.gather(dim, index); index i64 with out's shape.
   void (*gather)(const View& out, const View& in, int64_t dim, const View& index) = nullptr;

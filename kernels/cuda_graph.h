@@ -9,9 +9,10 @@
 //
 // A capture records kernels, it runs none. What it may not contain, and then capture_end
 // throws with CUDA's reason: a synchronisation with the host (a .item(), a copy to or from
-// host memory), work of another thread's or a library's own streams. The host values a
-// kernel takes (an optimizer's learning rate, a shape) are those of the capture at every
-// replay.
+// host memory: they wait on the capturing stream, which CUDA refuses). Work queued on other
+// streams is not captured (relaxed mode: the allocator's cudaMalloc and event calls go on).
+// The host values a kernel takes (an optimizer's learning rate, a shape) are those of the
+// capture at every replay.
 #pragma once
 
 #include <memory>

@@ -26,8 +26,8 @@ Mlp::Mlp(int64_t num_classes, Generator* gen) : Module("Mlp") {
 }
 
 Tensor Mlp::forward(const Tensor& x) {
-  Tensor h = relu(fc1->forward(flatten(x, 1)));
-  h = relu(fc2->forward(h));
+  Tensor h = fc1->forward_relu(flatten(x, 1));
+  h = fc2->forward_relu(h);
   return fc3->forward(h);
 }
 

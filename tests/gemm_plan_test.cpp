@@ -135,3 +135,51 @@ TEST_CASE("no plan for a column-major out or an operand without a GEMM layout") 
   Operand gappy({2, 3, 4}, {24, 8, 2}, 1);
   CHECK_FALSE(cuda::plan_gemm(out.view, gappy.view, b.view).has_value());
 }
+
+// cuda::matmul_bias: linear's y = x @ w^T + bias (then relu) as one cuBLASLt call with the
+// BIAS / RELU_BIAS epilogue on the plan of one batch entry. cuBLASLt adds its bias vector
+// down the rows of column-major C, whose m rows are our out's N columns: run so on the host,
+// the plan matches the reference matmul_bias (sum and bias in double, relu, one rounding).
+TEST_CASE("the bias epilogue on a linear layer's plan matches the reference matmul_bias") {
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {32, 512, 10}, {3, 1, 4}};
+  for (const auto& s : shapes) {
+    const int64_t M = s[0], K = s[1], N = s[2];
+    for (const bool relu : {false, true}) {
+      CAPTURE(M);
+      CAPTURE(K);
+      CAPTURE(N);
+      CAPTURE(relu);
+      Operand x({1, M, K}, row_major(M, K), 1);
+      Operand w({1, N, K}, row_major(N, K), -2);  // the weight (out, in); b = w^T
+      Operand bias({1, 1, N}, row_major(1, N), 3);
+      Operand out({1, M, N}, row_major(M, N), 0), expected({1, M, N}, row_major(M, N), 0);
+      View wt = w.view;  // (1, K, N) with w's memory: column-major
+      wt.shape = {1, K, N};
+      wt.strides = {N * K, 1, K};
+      const auto plan = cuda::plan_gemm(out.view, x.view, wt);
+      REQUIRE(plan.has_value());
+      CHECK(plan->m == N);  // bias's length: the epilogue's rows
+      host_gemm(*plan, static_cast<const double*>(w.view.data), static_cast<const double*>(x.view.data),
+                static_cast<double*>(out.view.data));
+      for (int64_t j = 0; j < plan->n; ++j)
+        for (int64_t i = 0; i < plan->m; ++i) {
+          double& c = out.mem[i + j * plan->c.ld];
+          c += bias.mem[i];
+          if (relu && c < 0) c = 0;
+        }
+      const auto two_d = [](const View& v) {
+        View r = v;
+        r.shape.erase(r.shape.begin());
+        r.strides.erase(r.strides.begin());
+        return r;
+      };
+      View b1 = bias.view;
+      b1.shape = {N};
+      b1.strides = {1};
+      reference_backend().matmul_bias(two_d(expected.view), two_d(x.view), two_d(wt), b1, relu);
+      int64_t bad = 0;
+      for (size_t i = 0; i < out.mem.size(); ++i) bad += out.mem[i] != doctest::Approx(expected.mem[i]).epsilon(1e-12);
+      CHECK(bad == 0);
+    }
+  }
+}

@@ -1,5 +1,7 @@
 // Every differentiable op: analytic gradient against central finite differences in f64,
 // on the reference kernels. Inputs are kept away from kinks (relu at 0, max ties, log at 0).
+#include <functional>
+#include <map>
 #include "ringflow/tests/testing.h"
 
 using namespace ringflow;
@@ -67,6 +69,48 @@ TEST_CASE("matmul and linear") {
   CHECK(check_grad([](auto& x) { return linear(x[0], x[1], x[2]); },
                    {param({5, 7}, 21), param({3, 7}, 22), param({3}, 23)}));
   CHECK(check_grad([](auto& x) { return linear(x[0], x[1]); }, {param({2, 5, 7}, 24), param({3, 7}, 25)}));
+  // On the reference kernels, whose table has matmul_bias: the fused forward, relu's mask.
+  CHECK(check_grad([](auto& x) { return linear_relu(x[0], x[1], x[2]); },
+                   {param({5, 7}, 61), param({3, 7}, 62), param({3}, 63)}));
+  CHECK(check_grad([](auto& x) { return linear_relu(x[0], x[1], x[2]); },
+                   {param({2, 5, 7}, 64), param({3, 7}, 65), param({3}, 66)}));
+  CHECK(check_grad([](auto& x) { return linear_relu(x[0], x[1]); }, {param({5, 7}, 67), param({3, 7}, 68)}));
+}
+
+// Kernel calls counted while fn runs: op name -> calls.
+static std::map<std::string, int64_t> kernel_calls(const std::function<void()>& fn) {
+  reset_op_times();
+  set_op_profiling(true);
+  fn();
+  set_op_profiling(false);
+  std::map<std::string, int64_t> calls;
+  for (const OpTime& o : op_times()) calls[o.op] = o.calls;
+  return calls;
+}
+
+TEST_CASE("linear and linear_relu: one matmul_bias kernel where the table has it, the composed ops' values") {
+  const Tensor x = param({6, 7}, 69), w = param({4, 7}, 70), b = param({4}, 71);
+  for (const bool relu : {false, true}) {
+    CAPTURE(relu);
+    const auto layer = [&] { return relu ? linear_relu(x, w, b) : linear(x, w, b); };
+    const Tensor composed = layer();  // the cpu table: no matmul_bias
+    Tensor fused;
+    std::map<std::string, int64_t> calls;
+    {
+      ReferenceKernelsGuard reference;
+      calls = kernel_calls([&] { fused = layer(); });
+    }
+    CHECK(calls == std::map<std::string, int64_t>{{"matmul_bias", 1}});
+    CHECK(ringflow::testing::all_close(fused, composed, 1e-12, 1e-12, "fused against composed"));
+    CHECK(ringflow::testing::all_close(composed, relu ? ringflow::relu(add(matmul(x, w.t()), b)) : add(matmul(x, w.t()), b),
+                                       0, 0, "composed"));
+  }
+  // nn::Sequential runs a Linear followed by a ReLU as linear_relu (the ReLU stays a child).
+  nn::Sequential mlp{std::make_shared<nn::Linear>(7, 4), std::make_shared<nn::ReLU>()};
+  mlp.to(DType::f64);
+  ReferenceKernelsGuard reference;
+  CHECK(kernel_calls([&] { mlp.forward(x); }) == std::map<std::string, int64_t>{{"matmul_bias", 1}});
+  CHECK(mlp.named_children().size() == 2);
 }
 
 TEST_CASE("views, cat and gather") {

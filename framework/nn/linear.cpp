@@ -17,5 +17,6 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool has_bias, Generat
 void Linear::reset_parameters(Generator* gen) { init::default_layer_init(weight, bias, gen); }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward_relu(const Tensor& x) { return linear_relu(x, weight, bias); }
 
 }  // namespace ringflow::nn

@@ -2,6 +2,7 @@
 
 #include "ringflow/framework/nn/activation.h"
 #include "ringflow/framework/nn/batch_norm.h"
+#include "ringflow/framework/nn/linear.h"
 
 namespace ringflow::nn {
 
@@ -18,11 +19,13 @@ Tensor Sequential::forward(const Tensor& x) {
   const auto& children = named_children();
   Tensor h = x;
   for (size_t i = 0; i < children.size(); ++i) {
-    // A batch norm followed by a ReLU runs as one op (BatchNorm2d::forward_relu: fused where
-    // the device has the kernels); the ReLU stays a child, as PyTorch's, for the names.
+    // A batch norm or a linear layer followed by a ReLU runs as one op (forward_relu: fused
+    // where the device has the kernels); the ReLU stays a child, as PyTorch's, for the names.
+    const bool relu_next = i + 1 < children.size() && std::dynamic_pointer_cast<ReLU>(children[i + 1].second);
     const auto bn = std::dynamic_pointer_cast<BatchNorm2d>(children[i].second);
-    if (bn && i + 1 < children.size() && std::dynamic_pointer_cast<ReLU>(children[i + 1].second)) {
-      h = bn->forward_relu(h);
+    const auto fc = std::dynamic_pointer_cast<Linear>(children[i].second);
+    if (relu_next && (bn || fc)) {
+      h = bn ? bn->forward_relu(h) : fc->forward_relu(h);
       ++i;
       continue;
     }

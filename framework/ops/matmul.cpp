@@ -80,7 +80,31 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+namespace {
+
+// y = x @ w^T + bias (then relu), not recorded: in one kernel where the device's table has
+// matmul_bias (cuBLASLt's epilogues on CUDA), else composed of matmul, add and relu.
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
+  const int64_t out_f = w.size(0), in_f = w.size(1);
+  if (kernel_backend(x.device()).matmul_bias && bias.defined() && is_floating(x.dtype()) &&
+      w.dtype() == x.dtype() && bias.dtype() == x.dtype() && w.device() == x.device() &&
+      bias.device() == x.device()) {
+    const Tensor x2 = x.reshape({-1, in_f});
+    Tensor y = empty({x2.size(0), out_f}, x.dtype(), x.device());
+    kernel(x.device(), &Backend::matmul_bias, "matmul_bias")(y.kernel_view(), x2.kernel_view(),
+                                                              w.t().kernel_view(), bias.kernel_view(), relu);
+    Shape shape = x.shape();
+    shape.back() = out_f;
+    return y.reshape(shape);
+  }
+  Tensor y = matmul(x, w.t());
+  if (bias.defined()) y = add(y, bias);
+  return relu ? ringflow::relu(y) : y;
+}
+
+// linear, and with relu the tail of an MLP's layer: one forward kernel where the device has
+// it; backward masks the gradient with relu's output, then dx = g w, dw = g^T x, db = 1^T g.
+Tensor linear_maybe_relu(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
   RF_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got ", shape_str(w.shape()));
   RF_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input of shape ",
            shape_str(x.shape()), " does not match weight of shape ", shape_str(w.shape()),
@@ -92,17 +116,23 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   // cast per step), and LinearBackward's gradients go back through the casts.
   if (autocast_enabled() && (x.dtype() == DType::f32 || w.dtype() == DType::f32 ||
                              (bias.defined() && bias.dtype() == DType::f32)))
-    return linear(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias));
+    return linear_maybe_relu(autocast_to_low(x), autocast_to_low(w), autocast_to_low(bias), relu);
   Tensor y;
   {
     NoGradGuard no_grad;
-    y = matmul(x, w.t());
-    if (bias.defined()) y = add(y, bias);
+    y = linear_forward(x, w, bias, relu);
   }
   if (grad_needed({x, w, bias}))
-    record("LinearBackward", {x, w, bias}, y,
-           [x = x.detach(), w = w.detach(), rx = x.requires_grad(), rw = w.requires_grad(),
-            rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
+    record(relu ? "LinearReluBackward" : "LinearBackward", {x, w, bias}, y,
+           [x = x.detach(), w = w.detach(), y = relu ? y.detach() : Tensor(), rx = x.requires_grad(),
+            rw = w.requires_grad(), rb = bias.defined() && bias.requires_grad()](const Tensor& g_out) {
+             // relu's mask from its output (relu_backward's rule, as relu's own backward).
+             Tensor g = g_out;
+             if (y.defined()) {
+               g = empty_like(y);
+               kernel(y.device(), &Backend::binary, "relu_backward")(
+                   BinaryOp::relu_backward, g.kernel_view(), g_out.kernel_view(), y.kernel_view());
+             }
              // g: (..., out) seen as (rows, out); x: (..., in) as (rows, in). The weight's and
              // the bias's gradients are computed in their layout, into their gradient
              // buffers where offered (Note [Gradient buffers]): dw = g^T x, db = 1^T g.
@@ -122,6 +152,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
              return std::vector<Tensor>{dx, dw, db};
            });
   return y;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return linear_maybe_relu(x, w, bias, /*relu=*/false);
+}
+
+Tensor linear_relu(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  return linear_maybe_relu(x, w, bias, /*relu=*/true);
 }
 
 }  // namespace ringflow

@@ -28,9 +28,10 @@ void check(cudaError_t status, const char* call, int line) {
                       cudaGetErrorString(status));
 }
 
-// cudaMalloc and cudaFree are not stream work: a CUDA graph's capture on this thread
-// (kernels/cuda_graph.h, thread-local mode) would refuse them as unsafe, so the raw
-// allocator's calls switch this thread to the relaxed mode meanwhile, as PyTorch's do.
+// cudaMalloc and cudaFree are not stream work: a capture on this thread in CUDA's global or
+// thread-local mode would refuse them as unsafe (CudaGraph captures relaxed; another
+// library's capture may not), so the raw allocator's calls switch this thread to the relaxed
+// mode meanwhile, as PyTorch's do.
 class RelaxedCapture {
  public:
   RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }

@@ -37,6 +37,7 @@ const Backend* cuda_backend() {
     cuda::use_cudnn_batch_norm(b);  // training; the own kernels stay for what cuDNN does not take
     cuda::set_optimizer_kernels(b);
     b.matmul = cuda::matmul;
+    b.matmul_bias = cuda::matmul_bias;
     cuda::set_conv_kernels(b);
     return b;
   }();

@@ -9,26 +9,46 @@
 
 namespace ringflow::cuda {
 
+namespace {
+
+struct Handle {
+  cublasHandle_t handle = nullptr;
+  void* workspace = nullptr;  // cudaMalloc'ed once, never freed (as the handle)
+};
+
+// 32 MiB, NVIDIA's advice for Hopper. Set by hand because a CUDA graph's capture may not
+// allocate (cuBLAS's own pool would), and again after every cublasSetStream, which resets
+// the workspace to that pool.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void use_stream(const Handle& h) {
+  RF_CHECK_CUBLAS(cublasSetStream(h.handle, compute_stream()));  // a CUDA graph's, while capturing
+  RF_CHECK_CUBLAS(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
+}
+
+}  // namespace
+
 cublasHandle_t cublas_handle() {
   int device = 0;
   RF_CHECK_CUDA(cudaGetDevice(&device));
   static std::mutex mutex;
-  static auto* handles = new std::map<int, cublasHandle_t>;  // never destroyed: see header
+  static auto* handles = new std::map<int, Handle>;  // never destroyed: see header
   std::lock_guard lock(mutex);
   if (const auto it = handles->find(device); it != handles->end()) {
-    RF_CHECK_CUBLAS(cublasSetStream(it->second, compute_stream()));  // a CUDA graph's, while capturing
-    return it->second;
+    use_stream(it->second);
+    return it->second.handle;
   }
-  cublasHandle_t handle = nullptr;
-  RF_CHECK_CUBLAS(cublasCreate(&handle));
+  Handle h;
+  RF_CHECK_CUBLAS(cublasCreate(&h.handle));
   // Explicit, so that no default of a later cuBLAS turns on reduced precision unasked; f16
   // and bf16 products are summed in f32 all the way (no reduced-precision split-K sums).
   RF_CHECK_CUBLAS(cublasSetMathMode(
-      handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  RF_CHECK_CUBLAS(cublasSetStream(handle, compute_stream()));
-  handles->emplace(device, handle);
-  return handle;
+      h.handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  RF_CHECK_CUDA(cudaMalloc(&h.workspace, kWorkspaceBytes));
+  use_stream(h);
+  handles->emplace(device, h);
+  return h.handle;
 }
 
 }  // namespace ringflow::cuda

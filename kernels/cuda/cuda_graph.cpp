@@ -71,7 +71,7 @@ void CudaGraph::capture_begin() {
   RF_CHECK_CUDA(cudaStreamWaitEvent(impl_->stream, ready, 0));
   (void)cudaEventDestroy(ready);
   impl_->pool = cuda::begin_private_pool(impl_->device);
-  const cudaError_t status = cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal);
+  const cudaError_t status = cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeRelaxed);
   if (status != cudaSuccess) {
     cuda::end_private_pool(impl_->device);
     impl_->drop();

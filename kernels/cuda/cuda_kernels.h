@@ -48,6 +48,10 @@ void fill(const View& dst, double value);
 // (f32 accumulation), any strides (batch stride 0 broadcasts); integers throw
 // std::invalid_argument.
 void matmul(const View& out, const View& a, const View& b);
+// out (M, N) = a @ b + bias (then relu) in one cuBLASLt call with the BIAS / RELU_BIAS
+// epilogue (f32, f16, bf16); composed of matmul, add and relu where cuBLASLt has no algorithm
+// for it, for f64, and for operands without a GEMM layout.
+void matmul_bias(const View& out, const View& a, const View& b, const View& bias, bool relu);
 
 // The conv entries: cuDNN's (cudnn_conv.cpp) in a build with cuDNN, else the direct
 // kernels of kernels/simt/conv.h (simt_conv.cu). Meson builds one of the two.

@@ -4,6 +4,7 @@
 // is not row-major gets a contiguous temporary, copied into it afterwards.
 // f32 runs in full f32 (CUBLAS_COMPUTE_32F does not use TF32 tensor cores), so results
 // compare with the CPU backend's, unless set_allow_tf32(true) (CUBLAS_COMPUTE_32F_FAST_TF32).
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,8 @@
 #include "ringflow/kernels/cuda/cublas_context.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/cuda/gemm_plan.h"
+
+#include <cublasLt.h>
 
 namespace ringflow::cuda {
 namespace {
@@ -89,7 +92,96 @@ void check_args(const View& out, const View& a, const View& b) {
     fail(std::string("dtype ") + dtype_name(out.dtype) + " not implemented (f32, f64, f16, bf16 are)");
 }
 
+// cuBLASLt's handle: cuBLAS's, which holds one (as PyTorch takes it), on the compute stream.
+cublasLtHandle_t lt_handle() { return reinterpret_cast<cublasLtHandle_t>(cublas_handle()); }
+
+// Frees a cuBLASLt descriptor at the end of its scope.
+template <class T, cublasStatus_t (*destroy)(T)>
+struct LtDesc {
+  T d = nullptr;
+  ~LtDesc() {
+    if (d) (void)destroy(d);
+  }
+};
+
+// The stored matrix of a plan's operand, rows x cols column-major: op(X) is rows_op x cols_op.
+void set_layout(LtDesc<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>& l, cudaDataType t,
+                const GemmOperand& x, int64_t rows_op, int64_t cols_op) {
+  const uint64_t rows = static_cast<uint64_t>(x.transpose ? cols_op : rows_op);
+  const uint64_t cols = static_cast<uint64_t>(x.transpose ? rows_op : cols_op);
+  RF_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&l.d, t, rows, cols, x.ld));
+}
+
+// One cuBLASLt matmul with the bias (and relu) epilogue for a plan of one batch entry; false
+// when cuBLASLt's heuristic has no algorithm for it (the caller composes).
+bool run_with_epilogue(const GemmPlan& p, const View& out, const View& a, const View& b, const View& bias,
+                       bool relu) {
+  const cudaDataType t = data_type(out.dtype);
+  LtDesc<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> op_desc;
+  RF_CHECK_CUBLAS(cublasLtMatmulDescCreate(&op_desc.d, compute_type(out.dtype), CUDA_R_32F));
+  const cublasOperation_t ta = op(p.a), tb = op(p.b);
+  const cublasLtEpilogue_t epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  const void* bias_ptr = bias.data;
+  RF_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op_desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  RF_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op_desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  RF_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op_desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  RF_CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(op_desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof bias_ptr));
+  LtDesc<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, lc;
+  set_layout(la, t, p.a, p.m, p.k);  // cuBLAS's A: our b
+  set_layout(lb, t, p.b, p.k, p.n);  // cuBLAS's B: our a
+  set_layout(lc, t, p.c, p.m, p.n);
+  constexpr size_t kWorkspace = size_t{32} << 20;
+  LtDesc<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
+  RF_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref.d));
+  RF_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &kWorkspace, sizeof kWorkspace));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_handle(), op_desc.d, la.d, lb.d, lc.d, lc.d,
+                                                                pref.d, 1, &heuristic, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  RF_CHECK_CUBLAS(status);
+  const DeviceBuffer workspace(std::max<size_t>(heuristic.workspaceSize, 1));
+  const float one = 1, zero = 0;
+  RF_CHECK_CUBLAS(cublasLtMatmul(lt_handle(), op_desc.d, &one, b.data, la.d, a.data, lb.d, &zero, out.data, lc.d,
+                                 out.data, lc.d, &heuristic.algo, workspace.data(), heuristic.workspaceSize,
+                                 compute_stream()));
+  return true;
+}
+
+// x (R, C) as one batch entry (1, R, C).
+View batch_of_one(const View& x) {
+  View v = x;
+  v.shape.insert(v.shape.begin(), 1);
+  v.strides.insert(v.strides.begin(), x.numel());
+  return v;
+}
+
 }  // namespace
+
+void matmul_bias(const View& out, const View& a, const View& b, const View& bias, bool relu) {
+  if (out.dim() != 2 || a.dim() != 2 || b.dim() != 2 || bias.dim() != 1 || a.shape[0] != out.shape[0] ||
+      b.shape[1] != out.shape[1] || a.shape[1] != b.shape[0] || bias.shape[0] != out.shape[1] ||
+      bias.dtype != out.dtype)
+    throw std::invalid_argument("matmul_bias on cuda: out " + shape_str(out.shape) + " = a " + shape_str(a.shape) +
+                                " @ b " + shape_str(b.shape) + " + bias " + shape_str(bias.shape) +
+                                " of one dtype");
+  const View o3 = batch_of_one(out), a3 = batch_of_one(a), b3 = batch_of_one(b);
+  check_args(o3, a3, b3);
+  if (out.numel() == 0) return;
+  const auto plan = a.shape[1] > 0 && out.dtype != DType::f64 && bias.is_contiguous() ? plan_gemm(o3, a3, b3)
+                                                                                       : std::nullopt;
+  if (plan && run_with_epilogue(*plan, out, a, b, bias, relu)) return;
+  // f64, an empty sum, operands without a GEMM layout, no cuBLASLt algorithm: composed.
+  matmul(o3, a3, b3);
+  View row = bias;  // bias broadcast over out's rows
+  row.shape = out.shape;
+  row.strides = {0, bias.strides[0]};
+  const Backend& k = *cuda_backend();
+  k.binary(BinaryOp::add, out, out, row);
+  if (relu) k.unary(UnaryOp::relu, out, out);
+}
 
 void matmul(const View& out, const View& a, const View& b) {
   check_args(out, a, b);

@@ -19,6 +19,7 @@ const Backend& reference_backend() {
     b.where = reference::where;
     b.reduce = reference::reduce;
     b.matmul = reference::matmul;
+    b.matmul_bias = reference::matmul_bias;
     b.gather = reference::gather;
     b.scatter_add = reference::scatter_add;
     b.conv2d_forward = reference::conv2d_forward;

@@ -41,4 +41,27 @@ void matmul(const View& out, const View& a, const View& b) {
   }
 }
 
+void matmul_bias(const View& out, const View& a, const View& b, const View& bias, bool relu) {
+  const char* op = "matmul_bias";
+  check_rank(out, 2, op);
+  check_rank(a, 2, op);
+  check_rank(b, 2, op);
+  check_rank(bias, 1, op);
+  const int64_t M = out.shape[0], N = out.shape[1], K = a.shape[1];
+  check(a.shape[0] == M && b.shape[0] == K && b.shape[1] == N && bias.shape[0] == N, op,
+        "shapes " + shape_str(out.shape) + " = " + shape_str(a.shape) + " @ " + shape_str(b.shape) + " + " +
+            shape_str(bias.shape));
+  check(is_floating(out.dtype) && a.dtype == out.dtype && b.dtype == out.dtype && bias.dtype == out.dtype, op,
+        "needs one floating dtype for all operands");
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = strided::load_f64(bias, n * bias.strides[0]);
+      for (int64_t k = 0; k < K; ++k)
+        acc += strided::load_f64(a, m * a.strides[0] + k * a.strides[1]) *
+               strided::load_f64(b, k * b.strides[0] + n * b.strides[1]);
+      strided::store_f64(out, m * out.strides[0] + n * out.strides[1], relu && acc < 0 ? 0.0 : acc);
+    }
+  }
+}
+
 }  // namespace ringflow::reference

@@ -39,6 +39,7 @@ void reduce(ReduceOp op, const View& out, const View& in);
 
 // matmul.cpp
 void matmul(const View& out, const View& a, const View& b);
+void matmul_bias(const View& out, const View& a, const View& b, const View& bias, bool relu);
 
 // index.cpp
 void gather(const View& out, const View& in, int64_t dim, const View& index);
