@@ -14,6 +14,12 @@ TEST_CASE("mismatched shapes name both shapes") {
   CHECK_THROWS_WITH_AS(zeros({2, 3}).view({4}), Contains("(4,)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(cat({zeros({2, 3}), zeros({3, 3})}, 1), Contains("(3, 3)"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(max_pool2d(zeros({2, 3}), pool2d_params({2, 2})), Contains("(2, 3)"), std::invalid_argument);
+  // A window larger than the padded input, as PyTorch's "Output size is too small".
+  CHECK_THROWS_WITH_AS(max_pool2d(zeros({1, 1, 2, 2}), pool2d_params({5, 5})),
+                       Contains("is too small for a 5x5 window"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(avg_pool2d(zeros({1, 1, 2, 7}), pool2d_params({3, 3})),
+                       Contains("is too small for a 3x3 window"), std::invalid_argument);
+  CHECK(max_pool2d(zeros({1, 1, 5, 5}), pool2d_params({5, 5})).shape() == Shape{1, 1, 1, 1});
 }
 
 TEST_CASE("mismatched dtypes name both dtypes") {

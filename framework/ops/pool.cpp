@@ -26,6 +26,7 @@ namespace {
 
 int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mode) {
   const int64_t span = in + 2 * pad - k;
+  if (span < 0) return 0;  // the window does not fit (C++'s division would round -3/5 up to 0)
   int64_t out = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
   // The last window must start inside the input or the left padding.
   if (ceil_mode && (out - 1) * s >= in + pad) --out;
