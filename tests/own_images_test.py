@@ -69,7 +69,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(bad, "wb") as f:
         f.write(head)
     code, out, err = run([train, *quick(dataset="imagefolder", data_dir=data, batch_size="13")])
-    want = f"train: {bad}: truncated JPEG (libjpeg-turbo: Premature end of JPEG file)\n"
+    want = (f"train: {bad}: truncated JPEG: the file ends before its end-of-image marker (libjpeg-turbo: "
+            "Premature end of JPEG file)\n")
     check(code != 0 and err == want, "a truncated JPEG: one line naming it", out + err)
     code, out, err = run([train, *quick("--skip-bad-images", dataset="imagefolder", data_dir=data, batch_size="6",
                                       eval_every="0")])
