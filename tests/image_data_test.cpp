@@ -303,8 +303,19 @@ TEST_CASE("bad input: each case stops with one message naming the file or folder
     expect_bad(png, "corrupt PNG (libpng: ");
   }
   SUBCASE("an image above the pixel limit, refused from its header") {
-    expect_bad(jpg, "24x19 = 456 pixels is above the limit of 455", {.max_image_pixels = 455});
+    const std::string detail = jpg + ": 24x19 = 456 pixels is above the limit of 455 (a decompression bomb?)";
+    expect_bad(jpg, detail.substr(jpg.size() + 2) + "; raise max_image_pixels if the image is real",
+               {.max_image_pixels = 455});
     CHECK_NOTHROW(read_one(jpg, {.max_image_pixels = 456}));
+    bool caught = false;
+    try {  // a program names its own flag
+      read_one(jpg, {.max_image_pixels = 455});
+    } catch (const ImageAboveLimit& e) {
+      caught = true;
+      CHECK(e.detail == detail);
+      CHECK(e.with_option("--max-image-pixels") == detail + "; raise --max-image-pixels if the image is real");
+    }
+    CHECK(caught);
   }
   SUBCASE("a file that cannot be opened") {
     if (::geteuid() != 0) {
@@ -546,8 +557,17 @@ TEST_CASE("shards: bad input named in one message") {
     CHECK(error_of(read_all) == first + ": c.cls: 'cat' is not a class number");
   }
   SUBCASE("fewer shards than ranks, no shards, a missing folder") {
+    const std::string detail = s / "out" + ": 4 shards for 5 ranks: each rank reads shards of its own";
     CHECK(error_of([&] { ImageShards(set, imagenet(false, 8), {.rank = 0, .world = 5}); }) ==
-          s / "out" + ": 4 shards for 5 ranks: each rank reads shards of its own; pack into more (ringflow-pack --max-count)");
+          detail + "; write the images into more shards (a smaller ShardWriterOptions::max_count)");
+    bool caught = false;
+    try {
+      ImageShards(set, imagenet(false, 8), {.rank = 0, .world = 5});
+    } catch (const TooFewShards& e) {
+      caught = true;
+      CHECK(e.with_option("--max-count") == detail + "; write the images into more shards (a smaller --max-count)");
+    }
+    CHECK(caught);
     fs::create_directories(s / "empty");
     CHECK(error_of([&] { read_shard_set(s / "empty"); }) == s / "empty" + ": no .tar shards in it");
     CHECK(error_of([&] { ImageShards::open(s / "none", true, imagenet(false, 8)); }).rfind(s / "none/train: no such folder", 0) == 0);
