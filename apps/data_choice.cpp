@@ -63,8 +63,13 @@ Data open_image_data(const Flags& f, const Shape& model_input, int rank, int wor
   d.note = fmt::format("{} x {} images, transforms {} (train) and {} (val)", size, size,
                        flag_name(f.train_transform), flag_name(val));
   if (f.dataset == DatasetKind::shards) {
-    auto train = data::ImageShards::open(f.data_dir, /*train=*/true, train_t,
-                                         {.rank = rank, .world = world, .seed = f.seed, .read = read});
+    std::shared_ptr<data::ImageShards> train;
+    try {
+      train = data::ImageShards::open(f.data_dir, /*train=*/true, train_t,
+                                      {.rank = rank, .world = world, .seed = f.seed, .read = read});
+    } catch (const data::TooFewShards& e) {
+      throw std::invalid_argument(e.with_option("--max-count of ringflow-pack"));
+    }
     // Evaluation runs on rank 0 alone, over every shard in order.
     auto val = data::ImageShards::open(f.data_dir, /*train=*/false, val_t, {.shuffle = false, .read = read});
     check_same_classes(f, train->shards().classes, val->shards().classes);
@@ -90,6 +95,11 @@ Data open_image_data(const Flags& f, const Shape& model_input, int rank, int wor
   }
   d.note = fmt::format("{} classes ({}); ", d.classes.size(), data::class_list(d.classes)) + d.note;
   return d;
+}
+
+std::string describe_data_error(const std::exception& e) {
+  if (const auto* big = dynamic_cast<const data::ImageAboveLimit*>(&e)) return big->with_option("--max-image-pixels");
+  return e.what();
 }
 
 void check_model_takes(nn::Module& model, const Flags& f, const Shape& image, Device device) {

@@ -24,6 +24,10 @@ void add_image_data_flags(CLI::App& app, Flags& f);
 // Shards: rank `rank` of `world` streams its own shards of the training set.
 Data open_image_data(const Flags& f, const Shape& model_input, int rank, int world);
 
+// The message of an error from training, in train's terms where it came from the image data
+// sets: an image above the pixel limit names --max-image-pixels; others are e.what().
+std::string describe_data_error(const std::exception& e);
+
 // --image-size other than the model's own: one forward pass of a black image (evaluation
 // mode, no gradients) tells whether the model takes it; throws naming the flag if not.
 void check_model_takes(nn::Module& model, const Flags& f, const Shape& image, Device device);

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
                  r.set.files.size(), r.skipped.empty() ? "" : fmt::format("; {} bad images skipped", r.skipped.size()),
                  scan.ignored ? fmt::format("; {} other files ignored", scan.ignored) : "");
     }
+  } catch (const ringflow::data::ImageAboveLimit& e) {
+    fmt::print(stderr, "ringflow-pack: {}\n", e.with_option("--max-image-pixels"));
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "ringflow-pack: {}\n", e.what());
     return 1;

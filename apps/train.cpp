@@ -883,7 +883,7 @@ void print_error(const std::string& text) {
 }
 
 int fail(const std::exception& e) {
-  print_error(fmt::format("train: {}", e.what()));
+  print_error(fmt::format("train: {}", describe_data_error(e)));
   return 1;
 }
 

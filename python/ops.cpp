@@ -3,6 +3,8 @@
 // layer functions in ringflow.nn.functional. Every op releases the GIL while it runs.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -35,6 +37,23 @@ namespace {
 
 Tensor scalar_like(const Tensor& t, double v) { return scalar_tensor(v, t.dtype(), t.device()); }
 
+// where's condition: a Tensor (nonzero is true), anything as_tensor takes, or a bool array
+// (NumPy's comparisons give one; ringflow has no bool dtype), whose True and False become 1
+// and 0 in the input's dtype on its device. Called with the GIL held.
+Tensor condition_for(const py::handle& condition, const Tensor& input) {
+  if (py::isinstance<Tensor>(condition)) return condition.cast<Tensor>();
+  if (!PyObject_CheckBuffer(condition.ptr())) return as_tensor(condition).to(input.device());
+  Py_buffer view;
+  if (PyObject_GetBuffer(condition.ptr(), &view, PyBUF_STRIDES | PyBUF_FORMAT) != 0) throw py::error_already_set();
+  const std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> release(&view, PyBuffer_Release);
+  if (!view.format || std::string(view.format) != "?") return as_tensor(condition).to(input.device());
+  std::vector<uint8_t> bytes(static_cast<size_t>(view.len));  // one per item
+  if (PyBuffer_ToContiguous(bytes.data(), &view, view.len, 'C') != 0) throw py::error_already_set();
+  Tensor mask = empty(Shape(view.shape, view.shape + view.ndim), DType::f32);
+  std::transform(bytes.begin(), bytes.end(), mask.data<float>(), [](uint8_t b) { return b ? 1.f : 0.f; });
+  return mask.to(input.dtype()).to(input.device());
+}
+
 using Binary = Tensor (*)(const Tensor&, const Tensor&);
 using WithScalar = Tensor (*)(const Tensor&, double);
 
@@ -62,7 +81,16 @@ void bind_arithmetic(py::module_& m, py::class_<Tensor>& c) {
     def_op(m, c, name, [fn = fn](const Tensor& a, double b) { return fn(a, scalar_like(a, b)); },
            py::arg("other"));
   }
-  m.def("where", &where, py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
+  m.def("where", [](const py::object& condition, const Tensor& input, const Tensor& other) {
+    const Tensor cond = condition_for(condition, input);
+    py::gil_scoped_release released;
+    return where(cond, input, other);
+  }, py::arg("condition"), py::arg("input"), py::arg("other"),
+     "input where condition is true, else other, broadcast together (torch.where). condition: a\n"
+     "Tensor (nonzero is true: ringflow's comparisons give 1 and 0 in their operands' dtype), a\n"
+     "NumPy bool array such as a comparison's result, or anything ringflow.as_tensor takes.\n"
+     "Differentiable in input and other. A condition whose shape does not broadcast with\n"
+     "theirs is a ValueError.");
 }
 
 // The operators; a Python number on either side is a 0-d tensor of the other's dtype.

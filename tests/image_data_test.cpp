@@ -53,6 +53,18 @@ void copy_images(const Scratch& s) { fs::copy(kImages, s.path, fs::copy_options:
 
 std::vector<uint8_t> bytes_of(const std::string& path) { return read_file_bytes(path); }
 
+// The middle of a JPEG's first scan: past the segments before it, by their lengths.
+size_t middle_of_scan(const std::vector<uint8_t>& jpeg) {
+  size_t at = 2;
+  bool scan = false;
+  while (!scan) {
+    REQUIRE(at + 4 <= jpeg.size());
+    scan = jpeg[at + 1] == 0xDA;
+    at += 2 + (size_t{jpeg[at + 2]} << 8 | jpeg[at + 3]);
+  }
+  return at + (jpeg.size() - 2 - at) / 2;
+}
+
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
@@ -228,7 +240,39 @@ TEST_CASE("bad input: each case stops with one message naming the file or folder
 
   SUBCASE("a truncated JPEG") {
     write_bytes(jpg, {jpeg_bytes.begin(), jpeg_bytes.begin() + static_cast<long>(jpeg_bytes.size() * 2 / 3)});
-    expect_bad(jpg, "truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+    expect_bad(jpg, "truncated JPEG: the file ends before its end-of-image marker (libjpeg-turbo: Premature end of "
+                    "JPEG file)");
+  }
+  SUBCASE("a truncated JPEG whose Exif thumbnail has an end-of-image marker of its own") {
+    const std::vector<uint8_t> thumbnail = bytes_of(s / "train/Zebra/z2.JPEG");
+    const size_t length = 2 + 6 + thumbnail.size();  // APP1's length field, "Exif\0\0", the JPEG
+    std::vector<uint8_t> b = {0xFF, 0xD8, 0xFF, 0xE1, uint8_t(length >> 8), uint8_t(length & 0xFF), 'E', 'x', 'i',
+                              'f', 0, 0};
+    b.insert(b.end(), thumbnail.begin(), thumbnail.end());
+    b.insert(b.end(), jpeg_bytes.begin() + 2, jpeg_bytes.end());
+    write_bytes(jpg, b);
+    CHECK_NOTHROW(read_one(jpg));
+    b.resize(b.size() - jpeg_bytes.size() / 3);
+    write_bytes(jpg, b);
+    expect_bad(jpg, "truncated JPEG: the file ends before its end-of-image marker");
+  }
+  SUBCASE("a whole JPEG whose scan is damaged so that libjpeg-turbo reads past its end: corrupt, not truncated") {
+    std::vector<uint8_t> b = jpeg_bytes;
+    const size_t at = middle_of_scan(b);
+    b[at] = 0xFF, b[at + 1] = 0xE1, b[at + 2] = 0xFF, b[at + 3] = 0xFF;  // an APP1 segment of 64 KiB
+    write_bytes(jpg, b);
+    expect_bad(jpg, "corrupt JPEG: damaged data made libjpeg-turbo read past the end-of-image marker (libjpeg-turbo: "
+                    "Corrupt JPEG data: premature end of data segment)");
+  }
+  SUBCASE("a JPEG with a second start-of-image marker in its scan: libjpeg-turbo's error") {
+    std::vector<uint8_t> b = jpeg_bytes;
+    const size_t at = middle_of_scan(b);
+    b[at] = 0xFF, b[at + 1] = 0xD8;
+    write_bytes(jpg, b);
+    expect_bad(jpg, "corrupt JPEG (libjpeg-turbo: Invalid JPEG file structure: two SOI markers)");
+    DecodedImage whole;  // TurboJPEG's path (read_one's transform decodes a region)
+    CHECK(error_of([&] { decode_image(b, read_image_header(b, "f.jpg"), "f.jpg", whole); }) ==
+          "f.jpg: corrupt JPEG (libjpeg-turbo: Invalid JPEG file structure: two SOI markers)");
   }
   SUBCASE("a corrupt JPEG: its frame header overwritten") {
     std::vector<uint8_t> b = jpeg_bytes;
@@ -259,8 +303,19 @@ TEST_CASE("bad input: each case stops with one message naming the file or folder
     expect_bad(png, "corrupt PNG (libpng: ");
   }
   SUBCASE("an image above the pixel limit, refused from its header") {
-    expect_bad(jpg, "24x19 = 456 pixels is above the limit of 455", {.max_image_pixels = 455});
+    const std::string detail = jpg + ": 24x19 = 456 pixels is above the limit of 455 (a decompression bomb?)";
+    expect_bad(jpg, detail.substr(jpg.size() + 2) + "; raise max_image_pixels if the image is real",
+               {.max_image_pixels = 455});
     CHECK_NOTHROW(read_one(jpg, {.max_image_pixels = 456}));
+    bool caught = false;
+    try {  // a program names its own flag
+      read_one(jpg, {.max_image_pixels = 455});
+    } catch (const ImageAboveLimit& e) {
+      caught = true;
+      CHECK(e.detail == detail);
+      CHECK(e.with_option("--max-image-pixels") == detail + "; raise --max-image-pixels if the image is real");
+    }
+    CHECK(caught);
   }
   SUBCASE("a file that cannot be opened") {
     if (::geteuid() != 0) {
@@ -502,8 +557,17 @@ TEST_CASE("shards: bad input named in one message") {
     CHECK(error_of(read_all) == first + ": c.cls: 'cat' is not a class number");
   }
   SUBCASE("fewer shards than ranks, no shards, a missing folder") {
+    const std::string detail = s / "out" + ": 4 shards for 5 ranks: each rank reads shards of its own";
     CHECK(error_of([&] { ImageShards(set, imagenet(false, 8), {.rank = 0, .world = 5}); }) ==
-          s / "out" + ": 4 shards for 5 ranks: each rank reads shards of its own; pack into more (ringflow-pack --max-count)");
+          detail + "; write the images into more shards (a smaller ShardWriterOptions::max_count)");
+    bool caught = false;
+    try {
+      ImageShards(set, imagenet(false, 8), {.rank = 0, .world = 5});
+    } catch (const TooFewShards& e) {
+      caught = true;
+      CHECK(e.with_option("--max-count") == detail + "; write the images into more shards (a smaller --max-count)");
+    }
+    CHECK(caught);
     fs::create_directories(s / "empty");
     CHECK(error_of([&] { read_shard_set(s / "empty"); }) == s / "empty" + ": no .tar shards in it");
     CHECK(error_of([&] { ImageShards::open(s / "none", true, imagenet(false, 8)); }).rfind(s / "none/train: no such folder", 0) == 0);
@@ -551,5 +615,14 @@ TEST_CASE("JPEG regions: the same pixels as the whole decode; a file cut below t
   DecodedImage part;
   const PixelRegion top{0, 0, 20, 10};
   CHECK(error_of([&] { decode_image(file, header, "cut.jpg", part, 1, &top); }) ==
-        "cut.jpg: truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+        "cut.jpg: truncated JPEG: the file ends before its end-of-image marker (libjpeg-turbo: Premature end of JPEG "
+        "file)");
+  // Damaged below the region, whole to its end: named corrupt, as the whole decode names it.
+  file = bytes_of(folder.file(large));
+  const size_t at = middle_of_scan(file);
+  file[at] = 0xFF, file[at + 1] = 0xE1, file[at + 2] = 0xFF, file[at + 3] = 0xFF;
+  const std::string damaged = "damaged.jpg: corrupt JPEG: damaged data made libjpeg-turbo read past the end-of-image "
+                              "marker (libjpeg-turbo: Corrupt JPEG data: premature end of data segment)";
+  CHECK(error_of([&] { decode_image(file, header, "damaged.jpg", part, 1, &top); }) == damaged);
+  CHECK(error_of([&] { decode_image(file, header, "damaged.jpg", part); }) == damaged);
 }

@@ -4,11 +4,13 @@ tests/fixtures/images (JPEGs and PNGs of every mode, classes whose names test th
 order), the classes in the log and in the checkpoint's metadata; a truncated JPEG named in
 one line and a non-zero exit, or skipped and counted with --skip-bad-images; flags that
 cannot work named; ringflow-pack's shards trained on with --dataset shards, alone and under
-mpiexec -n 2 (each rank its own shards).
+mpiexec -n 2 (each rank its own shards); an image above --max-image-pixels (train and
+ringflow-pack) and fewer shards than ranks named by the programs' flags.
 
 usage: own_images_test.py TRAIN PACK MPIEXEC SOURCE_ROOT"""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -69,7 +71,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(bad, "wb") as f:
         f.write(head)
     code, out, err = run([train, *quick(dataset="imagefolder", data_dir=data, batch_size="13")])
-    want = f"train: {bad}: truncated JPEG (libjpeg-turbo: Premature end of JPEG file)\n"
+    want = (f"train: {bad}: truncated JPEG: the file ends before its end-of-image marker (libjpeg-turbo: "
+            "Premature end of JPEG file)\n")
     check(code != 0 and err == want, "a truncated JPEG: one line naming it", out + err)
     code, out, err = run([train, *quick("--skip-bad-images", dataset="imagefolder", data_dir=data, batch_size="6",
                                       eval_every="0")])
@@ -106,6 +109,24 @@ with tempfile.TemporaryDirectory() as tmp:
                                                             batch_size="3")])
     check(code == 0 and "(13 images, 6 per rank and epoch)" in out and "Iteration [2/2]" in out,
           "shards under mpiexec -n 2: 6 images per rank, 2 steps of 3", out + err)
+    # The library's errors in the programs' terms: their flags, not its options' fields.
+    above = re.compile(r"(train|ringflow-pack): \S+: \d+x\d+ = \d+ pixels is above the limit of 400 "
+                       r"\(a decompression bomb\?\); raise --max-image-pixels if the image is real\n")
+    code, out, err = run([train, *quick(dataset="imagefolder", data_dir=data, max_image_pixels="400")])
+    check(code != 0 and above.fullmatch(err) and err.startswith("train: "),
+          "train: an image above --max-image-pixels names the flag", out + err)
+    code, out, err = run([pack, "--data-dir", data, "--out", os.path.join(tmp, "big"), "--max-image-pixels", "400"])
+    check(code != 0 and above.fullmatch(err) and err.startswith("ringflow-pack: "),
+          "ringflow-pack: an image above --max-image-pixels names the flag", out + err)
+    one = os.path.join(tmp, "one")
+    code, out, err = run([pack, "--data-dir", data, "--out", one, "--max-count", "20"])
+    check(code == 0 and f"{one}/train: 13 images of 4 classes in 1 shards" in out, "ringflow-pack: one shard", out + err)
+    code, out, err = run([mpiexec, "-n", "2", train, *quick(dataset="shards", data_dir=one, sync="ddp")])
+    want = (f"train: {one}/train: 1 shards for 2 ranks: each rank reads shards of its own; write the images into "
+            "more shards (a smaller --max-count of ringflow-pack)")
+    check(code != 0 and want in err and "ShardWriterOptions" not in err,
+          "shards under mpiexec -n 2: one shard for two ranks names ringflow-pack's flag", out + err)
+
     code, out, err = run([pack, "--data-dir", os.path.join(tmp, "none"), "--out", shards])
     check(code != 0 and "ringflow-pack: " + os.path.join(tmp, "none") + "/train: no such folder" in err,
           "ringflow-pack: a missing folder named", out + err)

@@ -24,7 +24,16 @@ std::string first_bytes(std::span<const uint8_t> file) {
   return hex.empty() ? "an empty file" : "bytes " + hex.substr(0, hex.size() - 1);
 }
 
+std::string above_limit(const std::string& detail, const std::string& option) {
+  return detail + "; raise " + option + " if the image is real";
+}
+
 }  // namespace
+
+ImageAboveLimit::ImageAboveLimit(const std::string& detail)
+    : BadExample(above_limit(detail, "max_image_pixels")), detail(detail) {}
+
+std::string ImageAboveLimit::with_option(const std::string& option) const { return above_limit(detail, option); }
 
 ImageHeader read_image_header(std::span<const uint8_t> file, const std::string& name, int64_t max_pixels) {
   ImageHeader h;
@@ -35,9 +44,9 @@ ImageHeader read_image_header(std::span<const uint8_t> file, const std::string& 
     throw BadExample(name + ": the header says " + std::to_string(h.width) + "x" + std::to_string(h.height) + " pixels");
   const int64_t pixels = int64_t{h.width} * h.height;
   if (max_pixels > 0 && pixels > max_pixels)
-    throw BadExample(name + ": " + std::to_string(h.width) + "x" + std::to_string(h.height) + " = " +
-                     std::to_string(pixels) + " pixels is above the limit of " + std::to_string(max_pixels) +
-                     " (a decompression bomb?); raise --max-image-pixels if the image is real");
+    throw ImageAboveLimit(name + ": " + std::to_string(h.width) + "x" + std::to_string(h.height) + " = " +
+                          std::to_string(pixels) + " pixels is above the limit of " + std::to_string(max_pixels) +
+                          " (a decompression bomb?)");
   return h;
 }
 

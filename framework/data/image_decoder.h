@@ -24,6 +24,18 @@ enum class ImageFormat { jpeg, png };
 // PIL's Image.MAX_IMAGE_PIXELS: above it PIL warns of a decompression bomb.
 constexpr int64_t kDefaultMaxImagePixels = 89478485;
 
+// An image whose header gives it more pixels than the limit (the max_image_pixels of
+// ImageReadOptions and ShardWriterOptions), refused before anything is allocated. what() says
+// to raise max_image_pixels; a program names its own flag through with_option.
+class ImageAboveLimit : public BadExample {
+ public:
+  // detail: "NAME: WxH = P pixels is above the limit of L (a decompression bomb?)"
+  explicit ImageAboveLimit(const std::string& detail);
+  // detail and how to raise the limit: `option` ("max_image_pixels", "--max-image-pixels").
+  std::string with_option(const std::string& option) const;
+  std::string detail;
+};
+
 struct ImageHeader {
   ImageFormat format;
   int width = 0, height = 0;  // pixels, as stored
@@ -41,7 +53,7 @@ struct PixelRegion {
 };
 
 // The format (by the file's first bytes, not its name) and size. `name` is for messages;
-// max_pixels <= 0: no limit.
+// max_pixels <= 0: no limit, above it ImageAboveLimit.
 ImageHeader read_image_header(std::span<const uint8_t> file, const std::string& name,
                               int64_t max_pixels = kDefaultMaxImagePixels);
 

@@ -203,15 +203,27 @@ void write_shard_manifest(const ShardSet& set) {
   if (!out) throw std::runtime_error(path + ": write error");
 }
 
+namespace {
+
+std::string more_shards(const std::string& detail, const std::string& option) {
+  return detail + "; write the images into more shards (a smaller " + option + ")";
+}
+
+}  // namespace
+
+TooFewShards::TooFewShards(const std::string& detail)
+    : std::invalid_argument(more_shards(detail, "ShardWriterOptions::max_count")), detail(detail) {}
+
+std::string TooFewShards::with_option(const std::string& option) const { return more_shards(detail, option); }
+
 ImageShards::ImageShards(ShardSet set, std::shared_ptr<const ImageTransform> transform, ImageShardsOptions options)
     : set_(std::move(set)), transform_(std::move(transform)), options_(options) {
   RF_CHECK(transform_ != nullptr, "ImageShards: null transform");
   RF_CHECK(options_.world >= 1 && options_.rank >= 0 && options_.rank < options_.world, "ImageShards: rank ",
            options_.rank, " of ", options_.world);
   if (static_cast<int>(set_.files.size()) < options_.world)
-    throw std::invalid_argument(set_.dir + ": " + std::to_string(set_.files.size()) + " shards for " +
-                                std::to_string(options_.world) + " ranks: each rank reads shards of its own; "
-                                "pack into more (ringflow-pack --max-count)");
+    throw TooFewShards(set_.dir + ": " + std::to_string(set_.files.size()) + " shards for " +
+                       std::to_string(options_.world) + " ranks: each rank reads shards of its own");
 }
 
 std::shared_ptr<ImageShards> ImageShards::open(const std::string& dir, bool train,

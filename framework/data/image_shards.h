@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,21 @@ struct ImageShardsOptions {
   ImageReadOptions read = {};
 };
 
+// Fewer shards than ranks, each of which reads shards of its own. what() says to write the
+// images into more shards with a smaller ShardWriterOptions::max_count; a program names its
+// own flag through with_option.
+class TooFewShards : public std::invalid_argument {
+ public:
+  // detail: "DIR: S shards for R ranks: each rank reads shards of its own"
+  explicit TooFewShards(const std::string& detail);
+  // detail and how to write more shards: `option` ("ShardWriterOptions::max_count", ...).
+  std::string with_option(const std::string& option) const;
+  std::string detail;
+};
+
 class ImageShards : public IterableDataset {
  public:
-  // Throws where there are fewer shards than ranks (each rank needs one).
+  // Throws TooFewShards where there are fewer shards than ranks.
   ImageShards(ShardSet set, std::shared_ptr<const ImageTransform> transform, ImageShardsOptions options = {});
   // DIR/train or DIR/val.
   static std::shared_ptr<ImageShards> open(const std::string& dir, bool train,

@@ -71,15 +71,105 @@ void cmyk_to_rgb(const uint8_t* cmyk, size_t pixels, bool inverted, uint8_t* rgb
   }
 }
 
-// libjpeg reports errors by longjmp to the setjmp in run_libjpeg; the message waits here,
-// with whether the file ended early (a warning libjpeg would pass over). No C++ object with
-// a destructor lives between the two.
-struct RegionJob {
-  jpeg_error_mgr errors;  // first: libjpeg's pointer to it is one to the job
+// What libjpeg says of a file: its error, its first warning, and whether it asked for data
+// past the end. Errors come by longjmp to the setjmp of the function that decodes; no C++
+// object with a destructor lives between the two.
+struct LibjpegReport {
+  jpeg_error_mgr errors;  // first: libjpeg's pointer to it is one to the report
   std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-  bool truncated;
-  bool unsupported;  // progressive, CMYK: decode() instead
+  char error[JMSG_LENGTH_MAX];
+  char first_warning[JMSG_LENGTH_MAX];
+  bool ran_out;  // JWRN_JPEG_EOF: "Premature end of JPEG file"
+};
+
+void on_error(j_common_ptr cinfo) {
+  auto* report = reinterpret_cast<LibjpegReport*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, report->error);
+  std::longjmp(report->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  auto* report = reinterpret_cast<LibjpegReport*>(cinfo->err);
+  if (level >= 0) return;  // trace messages
+  if (!report->first_warning[0]) (*cinfo->err->format_message)(cinfo, report->first_warning);
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) report->ran_out = true;
+}
+
+void report_to(jpeg_decompress_struct& cinfo, LibjpegReport& report) {
+  cinfo.err = jpeg_std_error(&report.errors);
+  report.errors.error_exit = on_error;
+  report.errors.emit_message = on_message;
+}
+
+// Whether an end-of-image marker follows the first scan's header, reached by the lengths of
+// the segments before it (an Exif thumbnail there has one of its own). Entropy-coded data
+// cannot hold one (a 0xFF there is followed by 0x00 or a restart marker), nor can the tables
+// between the scans of a progressive file, so a file cut short has none, while a whole file
+// whose damage sent libjpeg reading past its end still does.
+bool has_end_marker(std::span<const uint8_t> f) {
+  size_t at = 2;  // after SOI
+  bool scan = false;
+  while (!scan && at + 4 <= f.size() && f[at] == 0xFF) {
+    scan = f[at + 1] == 0xDA;
+    at += 2 + (size_t{f[at + 2]} << 8 | f[at + 3]);
+  }
+  const uint8_t eoi[] = {0xFF, 0xD9};
+  return scan && at < f.size() && std::search(f.begin() + static_cast<std::ptrdiff_t>(at), f.end(),
+                                              std::begin(eoi), std::end(eoi)) != f.end();
+}
+
+// Throws what libjpeg found wrong, in the order that says what happened: the data ends
+// early (truncated; a file cut short fails in any way once libjpeg reads on with fake data),
+// an error, or damage that made libjpeg read past the end (PIL refuses all three). Other
+// warnings (extraneous bytes, a bad restart marker) leave a whole image, which PIL takes too.
+void refuse_if_bad(const std::string& name, const LibjpegReport& report, std::span<const uint8_t> file) {
+  if (report.ran_out && !has_end_marker(file))
+    fail(name, "truncated JPEG: the file ends before its end-of-image marker (libjpeg-turbo: Premature end of "
+               "JPEG file)");
+  if (report.error[0]) fail(name, std::string("corrupt JPEG (libjpeg-turbo: ") + report.error + ")");
+  if (report.ran_out)
+    fail(name, std::string("corrupt JPEG: damaged data made libjpeg-turbo read past the end-of-image marker "
+                           "(libjpeg-turbo: ") + report.first_warning + ")");
+}
+
+// TurboJPEG's LIMITSCANS for libjpeg's API: a progressive file of over 500 scans takes minutes.
+void limit_scans(j_common_ptr cinfo) {
+  const auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (!d->progressive_mode || d->input_scan_number <= 500) return;
+  auto* report = reinterpret_cast<LibjpegReport*>(cinfo->err);
+  std::snprintf(report->error, sizeof report->error, "Progressive JPEG image has more than 500 scans");
+  std::longjmp(report->jump, 1);
+}
+
+// The whole file through libjpeg's API, each row decoded and dropped, for what it says:
+// TurboJPEG keeps one message, and calls an error that follows a warning a warning.
+void read_through(std::span<const uint8_t> file, LibjpegReport& report) {
+  jpeg_decompress_struct cinfo;
+  jpeg_progress_mgr progress{};
+  progress.progress_monitor = limit_scans;
+  report_to(cinfo, report);
+  if (setjmp(report.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return;
+  }
+  jpeg_create_decompress(&cinfo);
+  cinfo.progress = &progress;
+  jpeg_mem_src(&cinfo, file.data(), file.size());
+  jpeg_read_header(&cinfo, TRUE);
+  jpeg_start_decompress(&cinfo);
+  thread_local std::vector<uint8_t> row;  // static storage: nothing for a longjmp to skip
+  row.resize(static_cast<size_t>(cinfo.output_width) * static_cast<size_t>(cinfo.output_components));
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW r = row.data();
+    jpeg_read_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+}
+
+struct RegionJob {
+  LibjpegReport report;  // first: libjpeg's pointer to its errors is one to the job
+  bool unsupported;      // progressive, CMYK: decode() instead
   const uint8_t* data;
   size_t size;
   int reduction;
@@ -87,26 +177,13 @@ struct RegionJob {
   DecodedImage* out;
 };
 
-void on_error(j_common_ptr cinfo) {
-  auto* job = reinterpret_cast<RegionJob*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, job->message);
-  std::longjmp(job->jump, 1);
-}
-
-void on_message(j_common_ptr cinfo, int level) {
-  auto* job = reinterpret_cast<RegionJob*>(cinfo->err);
-  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) job->truncated = true;
-}
-
-// 0: decoded (or job.unsupported); 1: job.message says why not.
-int run_libjpeg(RegionJob& job) {
+// Decodes job.want into job.out (or sets job.unsupported); job.report says what went wrong.
+void run_libjpeg(RegionJob& job) {
   jpeg_decompress_struct cinfo;
-  cinfo.err = jpeg_std_error(&job.errors);
-  job.errors.error_exit = on_error;
-  job.errors.emit_message = on_message;
-  if (setjmp(job.jump)) {
+  report_to(cinfo, job.report);
+  if (setjmp(job.report.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return 1;
+    return;
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, job.data, job.size);
@@ -115,7 +192,7 @@ int run_libjpeg(RegionJob& job) {
                     (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_GRAYSCALE);
   if (job.unsupported) {
     jpeg_destroy_decompress(&cinfo);
-    return 0;
+    return;
   }
   cinfo.out_color_space = JCS_RGB;
   cinfo.scale_num = 1;
@@ -151,7 +228,6 @@ int run_libjpeg(RegionJob& job) {
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  return 0;
 }
 
 }  // namespace
@@ -164,8 +240,8 @@ bool decode_region(std::span<const uint8_t> file, const std::string& name, int r
   job.reduction = reduction;
   job.want = region;
   job.out = &out;
-  if (run_libjpeg(job) != 0) fail(name, std::string("corrupt JPEG (libjpeg-turbo: ") + job.message + ")");
-  if (job.truncated) fail(name, "truncated JPEG (libjpeg-turbo: Premature end of JPEG file)");
+  run_libjpeg(job);
+  refuse_if_bad(name, job.report, file);
   return !job.unsupported;
 }
 
@@ -195,13 +271,12 @@ void decode(std::span<const uint8_t> file, const std::string& name, int reductio
   // LIMITSCANS refuses progressive files of over 500 scans, which take minutes to decode.
   const int status = tjDecompress2(h, file.data(), file.size(), cmyk ? cmyk_pixels.data() : out.rgb.data(),
                                    out.width, 0, out.height, cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_LIMITSCANS);
-  if (status != 0) {
-    const std::string message = tjGetErrorStr2(h);
-    // Warnings (extraneous bytes, a bad restart marker) leave a whole image, which PIL takes
-    // too; a file that ends early does not: PIL refuses it ("image file is truncated").
-    if (tjGetErrorCode(h) == TJERR_FATAL) fail(name, "corrupt JPEG (libjpeg-turbo: " + message + ")");
-    if (message.find("Premature end of JPEG file") != std::string::npos)
-      fail(name, "truncated JPEG (libjpeg-turbo: " + message + ")");
+  if (status != 0) {  // an error or a warning: libjpeg's API tells which (bad files only)
+    LibjpegReport report{};
+    read_through(file, report);
+    if (!report.error[0] && !report.ran_out && !report.first_warning[0])
+      fail(name, std::string("cannot decode this JPEG (libjpeg-turbo: ") + tjGetErrorStr2(h) + ")");
+    refuse_if_bad(name, report, file);
   }
   if (cmyk) cmyk_to_rgb(cmyk_pixels.data(), pixels, has_adobe_marker(file), out.rgb.data());
 }

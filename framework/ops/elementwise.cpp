@@ -1,4 +1,5 @@
 // Elementwise ops with broadcasting, and their gradients written with forward ops.
+#include <algorithm>
 #include <cmath>
 
 #include "ringflow/framework/autograd.h"
@@ -7,14 +8,37 @@
 
 namespace ringflow {
 
+namespace {
+
+// Whether a and b broadcast together: aligned at their last dims, each pair equal or one 1.
+bool broadcastable(const Shape& a, const Shape& b) {
+  for (size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
+    const int64_t da = a[a.size() - i], db = b[b.size() - i];
+    if (da != db && da != 1 && db != 1) return false;
+  }
+  return true;
+}
+
+// where's result shape; a shape that does not broadcast is named by its role.
+Shape where_shape(const Shape& cond, const Shape& a, const Shape& b) {
+  RF_CHECK(broadcastable(a, b), "where: input ", shape_str(a), " and other ", shape_str(b),
+           " cannot be broadcast together");
+  const Shape values = broadcast_shapes(a, b);
+  RF_CHECK(broadcastable(cond, values), "where: the condition's shape ", shape_str(cond),
+           " does not broadcast with the values' ", shape_str(values), " (input ", shape_str(a), ", other ",
+           shape_str(b), ")");
+  return broadcast_shapes(cond, values);
+}
+
+}  // namespace
+
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  RF_CHECK(broadcastable(a, b), "shapes ", shape_str(a), " and ", shape_str(b), " cannot be broadcast together");
   const size_t n = std::max(a.size(), b.size());
   Shape out(n);
   for (size_t i = 0; i < n; ++i) {
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    RF_CHECK(da == db || da == 1 || db == 1, "shapes ", shape_str(a), " and ", shape_str(b),
-             " cannot be broadcast together");
     out[i] = da == 1 ? db : da;
   }
   return out;
@@ -253,7 +277,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_same(a, b, "where");
   RF_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),
            " and values on ", a.device().str());
-  const Shape shape = broadcast_shapes(cond.shape(), broadcast_shapes(a.shape(), b.shape()));
+  const Shape shape = where_shape(cond.shape(), a.shape(), b.shape());
   Tensor out = output_for(shape, a, b);
   if (out.numel() > 0)
     kernel(a.device(), &Backend::where, "where")(

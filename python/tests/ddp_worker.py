@@ -1,14 +1,20 @@
 """One rank of test_distributed.py's run (mpiexec -n 2, or torchrun): collectives on the default
 group, DistributedDataParallel over a Module subclass written in Python checked against one
 process training on the whole batch, a collective that lets another thread run while it
-waits, and a destroyed group refusing collectives. Exits non-zero with a message on any
-difference.
+waits, and a destroyed group refusing collectives. On any difference or error, prints it
+naming this rank and ends the process at once with status 1 (end_rank): a rank that exited
+normally would wait at exit in MPI_Finalize for the other rank, itself waiting in a
+collective for this one, until the test's timeout.
 
-usage: ddp_worker.py SCRATCH_DIR (a folder both ranks see, for the GIL check's signal)"""
+usage: ddp_worker.py SCRATCH_DIR [--fail-on-rank R]
+  SCRATCH_DIR     a folder both ranks see, for the GIL check's signal
+  --fail-on-rank  rank R fails on purpose after joining the group (the other then waits in
+                  all_reduce): for the test that a failing rank ends the run"""
 import os
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 
@@ -30,10 +36,26 @@ class Net(nn.Module):
 RANK = int(os.environ.get("PMI_RANK", os.environ.get("RANK", "-1")))  # for messages, group or not
 
 
+class Failed(Exception):
+    pass
+
+
 def check(ok, what):
     if not ok:
-        print(f"rank {RANK}: {what}", file=sys.stderr)
-        sys.exit(1)
+        raise Failed(what)
+
+
+def end_rank(error):
+    """This rank's error on stderr, then an exit without Python's or MPI's clean-up, which
+    mpiexec (and torchrun) see as a failed rank: they stop the other ranks at once."""
+    if isinstance(error, Failed):
+        print(f"rank {RANK}: {error}", file=sys.stderr)
+    else:
+        print(f"rank {RANK}: {type(error).__name__}: {error}", file=sys.stderr)
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def collectives(rank, world):
@@ -146,14 +168,20 @@ def destroyed_group_refuses(rank):
 
 
 def main():
+    scratch, options = sys.argv[1], sys.argv[2:]
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
+    if options[:1] == ["--fail-on-rank"]:
+        check(rank != int(options[1]), "failing on purpose (--fail-on-rank)")
     collectives(rank, world)
     ddp_matches_one_process(rank, world)
-    collective_releases_the_gil(rank, sys.argv[1])
+    collective_releases_the_gil(rank, scratch)
     destroyed_group_refuses(rank)
     print(f"rank {rank} of {world}: ok")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as e:
+        end_rank(e)

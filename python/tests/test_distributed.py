@@ -1,9 +1,10 @@
 """ringflow.distributed with 2 ranks started by mpiexec and by torchrun (ddp_worker.py):
 collectives and DistributedDataParallel over a Python Module subclass, against one
 process's training; the GIL released while a collective waits; a destroyed group refusing
-collectives."""
+collectives; a rank that fails ending the run at once with its error."""
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -18,26 +19,50 @@ MPIEXEC = os.environ.get("RINGFLOW_MPIEXEC", "mpiexec")
 WORKER = str(pathlib.Path(__file__).with_name("ddp_worker.py"))
 
 
-def run(command, timeout=240):
+def launch(command, timeout):
+    """command's exit status, stdout and stderr. Past timeout the launcher and its ranks (a
+    session of their own) are killed, and the test fails saying so."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "rank 0 of 2: ok" in r.stdout and "rank 1 of 2: ok" in r.stdout
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"still running after {timeout} s: {command}\n{out}{err}")
+    return p.returncode, out, err
 
 
-def test_two_ranks_under_mpiexec(tmp_path):
-    run([MPIEXEC, "-n", "2", sys.executable, WORKER, str(tmp_path)])
+def mpiexec(*args):
+    return [MPIEXEC, "-n", "2", sys.executable, WORKER, *args]
 
 
-def test_two_ranks_under_torchrun(tmp_path):
+def torchrun(*args):
     pytest.importorskip("torch")
     with socket.socket() as s:  # a free port for torchrun's rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # --redirects/--tee: Debian's torch 1.13 fails to report exits without them.
-    run([sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--monitor_interval",
-         "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", WORKER,
-         str(tmp_path)])
+    return [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--monitor_interval",
+            "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", WORKER, *args]
+
+
+@pytest.mark.parametrize("launcher", [mpiexec, torchrun], ids=["mpiexec", "torchrun"])
+def test_two_ranks(tmp_path, launcher):
+    code, out, err = launch(launcher(str(tmp_path)), timeout=240)
+    assert code == 0, out + err
+    assert "rank 0 of 2: ok" in out and "rank 1 of 2: ok" in out
+
+
+@pytest.mark.parametrize("launcher", [mpiexec, torchrun], ids=["mpiexec", "torchrun"])
+def test_a_failing_rank_ends_the_run_with_its_error(tmp_path, launcher):
+    """Rank 1 fails while rank 0 waits for it in all_reduce: the run ends well before the
+    240 s a whole run is given (a rank that exited normally waited in MPI_Finalize, and
+    rank 0 in all_reduce, until then), non-zero, with rank 1's message."""
+    code, out, err = launch(launcher(str(tmp_path), "--fail-on-rank", "1"), timeout=60)
+    assert code != 0, out + err
+    assert "rank 1: failing on purpose (--fail-on-rank)" in out + err
 
 
 def test_one_process_without_a_launcher():

@@ -1,6 +1,8 @@
 """Each op against PyTorch's on the same inputs: the forward value and the gradient of every
 input, for an upstream gradient drawn at random (one line per op, tinygrad's
 helper_test_op). `m` is the library: torch or ringflow, whose names are the same."""
+import re
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,41 @@ def test_elementwise():
     check(lambda m, x: x.log() + x.sqrt(), [(7,)], low=0.2)
     check(lambda m, x: x.relu() + x.sigmoid() + x.tanh(), [(4, 5)])
     check(lambda m, x, y: m.where(x > 0, x, y), [(4, 5), (4, 5)])
+
+
+def test_where_takes_numpy_bool_conditions():
+    """A NumPy comparison's bool array as where's condition, contiguous or not, broadcast or
+    not, against numpy.where and torch.where (forward, and the gradients of input and other);
+    a condition that does not broadcast refused naming the shapes."""
+    g = np.random.default_rng(3)
+    x = g.normal(size=(4, 5)).astype(np.float32)
+    y = g.normal(size=(1, 5)).astype(np.float32)
+    z = g.normal(size=(5, 4))
+    conditions = {"comparison": x > 0, "strided": (z > 0).T, "column": x[:, :1] < 0.2,
+                  "row": np.array([True, False, True, True, False]), "scalar": np.array(True)}
+    for name, cond in conditions.items():
+        rx, ry = rf.tensor(x, requires_grad=True), rf.tensor(y, requires_grad=True)
+        tx, ty = torch.tensor(x, requires_grad=True), torch.tensor(y, requires_grad=True)
+        r_out, t_out = rf.where(cond, rx, ry), torch.where(torch.from_numpy(np.ascontiguousarray(cond)), tx, ty)
+        np.testing.assert_array_equal(r_out.detach().numpy(), np.where(cond, x, y), err_msg=name)
+        np.testing.assert_array_equal(r_out.detach().numpy(), t_out.detach().numpy(), err_msg=name)
+        upstream = g.uniform(-1.0, 1.0, size=tuple(t_out.shape)).astype(np.float32)
+        (r_out * rf.from_numpy(upstream)).sum().backward()
+        (t_out * torch.from_numpy(upstream)).sum().backward()
+        np.testing.assert_allclose(rx.grad.numpy(), tx.grad.numpy(), rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(ry.grad.numpy(), ty.grad.numpy(), rtol=1e-6, err_msg=name)
+    d = rf.tensor(x.astype(np.float64))  # True and False in the input's dtype
+    assert rf.where(x > 0, d, -d).dtype == rf.float64
+    np.testing.assert_array_equal(rf.where(x > 0, d, -d).numpy(), np.abs(x.astype(np.float64)))
+    # A ringflow comparison and a list of bools select the same.
+    np.testing.assert_array_equal(rf.where(rf.from_numpy(x) > 0, rx, ry).detach().numpy(), np.where(x > 0, x, y))
+    np.testing.assert_array_equal(rf.where([[True], [False], [False], [True]], rx, ry).detach().numpy(),
+                                  np.where(np.array([[True], [False], [False], [True]]), x, y))
+    with pytest.raises(ValueError, match=re.escape("where: the condition's shape (3,) does not broadcast with the "
+                                                   "values' (4, 5) (input (4, 5), other (1, 5))")):
+        rf.where(np.array([True, False, True]), rx, ry)
+    with pytest.raises(ValueError, match=re.escape("where: input (4, 5) and other (3,) cannot be broadcast")):
+        rf.where(x > 0, rx, rf.zeros(3))
 
 
 def test_reductions():
