@@ -17,6 +17,7 @@
 #include "ringflow/comm/ddp/comm_hooks.h"
 #include "ringflow/comm/ddp/ddp.h"
 #include "ringflow/comm/group/launch_group.h"
+#include "ringflow/comm/group/mpi_process_group.h"
 #include "ringflow/comm/group/nccl_process_group.h"
 #include "ringflow/kernels/cuda_devices.h"
 
@@ -59,6 +60,24 @@ constexpr comm::Launcher kLaunchers[] = {comm::Launcher::automatic, comm::Launch
 constexpr comm::CommHookKind kCommHooks[] = {comm::CommHookKind::allreduce, comm::CommHookKind::fp16,
                                              comm::CommHookKind::noop};
 
+// Note [a rank that raises]: a rank ended by an uncaught exception would otherwise wait at
+// exit in MPI_Finalize for the other ranks, which wait for it in their next collective, until
+// the launcher's or the test's timeout. As mpi4py's `python -m mpi4py`, sys.excepthook then
+// also marks MPI to be aborted at exit, so mpiexec stops every rank (torchrun stops them when
+// this one exits non-zero). Installed once, after Python's own hook has printed the error.
+void abort_job_on_uncaught_exception() {
+  static bool installed = false;
+  if (installed) return;
+  py::gil_scoped_acquire gil;  // init_process_group runs without it
+  py::module_ sys = py::module_::import("sys");
+  py::object previous = sys.attr("excepthook");
+  sys.attr("excepthook") = py::cpp_function([previous](py::object type, py::object value, py::object trace) {
+    previous(type, value, trace);
+    comm::abort_mpi_at_exit();
+  });
+  installed = true;
+}
+
 // backend: "mpi" or "auto" (None) for the launcher's group (MPI under mpiexec, ringflow's
 // transports under torchrun's variables), "nccl" for NCCL over it. transport and launcher as
 // the train app's --transport and --launcher.
@@ -83,6 +102,7 @@ void init_process_group(std::optional<std::string> backend, std::optional<Second
     group->pg = nccl;
   }
   default_group() = std::move(group);
+  abort_job_on_uncaught_exception();
 }
 
 // Groups that destroy_process_group() closed. Python may still hold one (dist.group(), a

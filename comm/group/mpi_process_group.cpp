@@ -212,6 +212,12 @@ MpiEnv& mpi_env() {
 
 void ensure_mpi_initialized() { mpi_env(); }
 
+void abort_mpi_at_exit() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) mpi_env().job_failed = true;
+}
+
 bool comm_check_requested_by_env() {
   const char* v = std::getenv("RINGFLOW_COMM_CHECK");
   return v != nullptr && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;

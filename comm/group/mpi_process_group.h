@@ -83,6 +83,12 @@ bool comm_check_requested_by_env();
 // if it provides less than MPI_THREAD_MULTIPLE). Finalises at exit only if it initialised.
 void ensure_mpi_initialized();
 
+// For a process that ends by an error it does not recover from (a Python rank's uncaught
+// exception): MPI, where a group initialised it, is aborted at exit instead of finalised, so
+// that the launcher stops every rank rather than this one waiting in MPI_Finalize for ranks
+// that wait for it in a collective. No effect where MPI is not initialised.
+void abort_mpi_at_exit();
+
 class MpiProcessGroup final : public QueuedProcessGroup {
  public:
   // Collective over `parent` (MPI_Comm_dup).

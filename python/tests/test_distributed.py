@@ -34,18 +34,18 @@ def launch(command, timeout):
     return p.returncode, out, err
 
 
-def mpiexec(*args):
-    return [MPIEXEC, "-n", "2", sys.executable, WORKER, *args]
+def mpiexec(*args, script=WORKER):
+    return [MPIEXEC, "-n", "2", sys.executable, script, *args]
 
 
-def torchrun(*args):
+def torchrun(*args, script=WORKER):
     pytest.importorskip("torch")
     with socket.socket() as s:  # a free port for torchrun's rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # --redirects/--tee: Debian's torch 1.13 fails to report exits without them.
     return [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--monitor_interval",
-            "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", WORKER, *args]
+            "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "2", script, *args]
 
 
 @pytest.mark.parametrize("launcher", [mpiexec, torchrun], ids=["mpiexec", "torchrun"])
@@ -63,6 +63,18 @@ def test_a_failing_rank_ends_the_run_with_its_error(tmp_path, launcher):
     code, out, err = launch(launcher(str(tmp_path), "--fail-on-rank", "1"), timeout=60)
     assert code != 0, out + err
     assert "rank 1: failing on purpose (--fail-on-rank)" in out + err
+
+
+@pytest.mark.parametrize("launcher", [mpiexec, torchrun], ids=["mpiexec", "torchrun"])
+def test_an_uncaught_exception_ends_the_job(launcher):
+    """Rank 1 raises and does not catch it while rank 0 waits in all_reduce: the job ends at
+    once (Note [a rank that raises] in python/distributed.cpp), non-zero, with the traceback;
+    before, rank 1 waited in MPI_Finalize under mpiexec until the test's timeout."""
+    code, out, err = launch(launcher(script=str(pathlib.Path(__file__).with_name("raising_worker.py"))),
+                            timeout=60)
+    assert code != 0, out + err
+    assert "RuntimeError: rank 1: failing on purpose" in out + err
+    assert "all_reduce returned" not in out
 
 
 def test_one_process_without_a_launcher():
