@@ -347,6 +347,7 @@ static void check_grad_scaler() {
   CHECK(p.grad().to_vector<double>() == std::vector<double>{1.0, 2.0, -0.5});
   CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("twice"), std::invalid_argument);
   scaler.step(sgd);  // does not unscale again
+  CHECK_THROWS_WITH_AS(scaler.step(sgd), doctest::Contains("step() called twice"), std::invalid_argument);
   scaler.update();
   // Its state round-trips; a bad one is refused naming the entry.
   optim::GradScaler other;

@@ -102,6 +102,10 @@ void GradScaler::unscale_(Optimizer& optimizer) {
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
+  // As PyTorch: after a fused step the gradients still carry the scale, so a second step
+  // before update() would take them at that scale.
+  RF_CHECK(!stepped_, "GradScaler: step() called twice before update()");
+  stepped_ = true;
   if (!unscaled_) {
     if (std::optional<bool> stepped = fused_step(optimizer)) return *stepped;
     unscale_(optimizer);
@@ -156,6 +160,7 @@ void GradScaler::update() {
     growth_tracker_ = 0;
   }
   unscaled_ = false;
+  stepped_ = false;
   found_inf_any_ = false;
   // The device scalars follow (outside any captured step).
   NoGradGuard no_grad;

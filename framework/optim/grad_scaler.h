@@ -44,7 +44,7 @@ class GradScaler {
   void unscale_(Optimizer& optimizer);
   // unscale_ (unless done), then the optimizer's step, unless a gradient was inf or NaN; on CUDA
   // without an unscale_ before, the check and the optimizer's fused step with the scale
-  // (the gradients then keep the scale). Returns whether it stepped.
+  // (the gradients then keep the scale). Returns whether it stepped. Once per update().
   bool step(Optimizer& optimizer);
   // The scale for the next step: halved after a skipped step, doubled after
   // growth_interval finite ones in a row.
@@ -64,6 +64,7 @@ class GradScaler {
   int64_t growth_tracker_ = 0;  // finite steps in a row
   int64_t skipped_ = 0;
   bool unscaled_ = false;       // unscale_ ran this step
+  bool stepped_ = false;        // step ran since the last update
   bool found_inf_any_ = false;
   // Device scalars: the scale and its inverse (as scale_), and per device a flag that
   // unscale_grads sets on an inf or NaN (zeroed again after each read).
