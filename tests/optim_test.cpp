@@ -433,6 +433,25 @@ TEST_CASE("GradScaler fused into the optimizer's step: the bits of unscale_ then
   }
 }
 
+TEST_CASE("the CPU table takes no LossScale: it has no check_scaled_grads, so the scaler unscales first") {
+  const bool has_check = cpu_backend().check_scaled_grads != nullptr;
+  CHECK_FALSE(has_check);
+  float inv = 0.5f, found = 0;
+  std::vector<float> p(3, 1.0f), g(3, 2.0f), m(3, 0.0f), v(3, 0.0f);
+  const std::vector<OptimizerSlot> slots{{p.data(), g.data(), {m.data(), v.data()}, 3}};
+  SgdStep sgd;
+  sgd.lr = 0.1;
+  sgd.scale = {&inv, &found};
+  CHECK_THROWS_WITH_AS(cpu_backend().sgd_step(DType::f32, slots, sgd), doctest::Contains("LossScale"),
+                       std::invalid_argument);
+  AdamStep adam;
+  adam.lr = 0.1;
+  adam.scale = {&inv, &found};
+  CHECK_THROWS_WITH_AS(cpu_backend().adam_step(DType::bf16, slots, adam), doctest::Contains("LossScale"),
+                       std::invalid_argument);
+  CHECK(p == std::vector<float>(3, 1.0f));
+}
+
 TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, doubles after the interval") {
   SUBCASE("cpu") { check_grad_scaler(); }
   SUBCASE("reference") {
