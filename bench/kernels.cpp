@@ -384,6 +384,19 @@ void print_json(const std::vector<Row>& rows, double ceiling) {
   }
 }
 
+// (C, K, H = W) of each distinct 3x3 stride-1 pad-1 convolution of the model (what conv_rows
+// times), from its forward pass (bench/conv_layers.h).
+std::vector<std::array<int64_t, 3>> square_3x3_layers(const std::string& model) {
+  std::vector<std::array<int64_t, 3>> out;
+  for (const bench::ConvLayer& l : bench::distinct_layers(bench::conv_layers(model, 1))) {
+    const Conv2dParams& p = l.params;
+    const bool same = p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
+                      p.pad_left == 1 && p.pad_right == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+    if (same && l.w[2] == 3 && l.w[3] == 3 && l.x[2] == l.x[3]) out.push_back({l.x[1], l.w[0], l.x[2]});
+  }
+  return out;
+}
+
 // --list-layers: the convolution layers of each model (bench/conv_layers.h) as JSON lines, in
 // bench/torch_conv_layers.py --list's fields, so that a test compares the two.
 void list_layers(const std::vector<std::string>& models, int64_t batch) {
@@ -428,7 +441,7 @@ int main(int argc, char** argv) {
               {"f16", DType::f16}},
              "convolutions' dtype, for every path (cpu: f32 or bf16, raw: oneDNN's direct kernels)");
   add_choice(app, "--shapes", shapes, {{"vgg11", Shapes::vgg11}, {"resnet18", Shapes::resnet18}},
-             "cpu: the 3x3 convolution layers of vgg11 or resnet18 (CIFAR-10 sizes)");
+             "cpu: the distinct 3x3 stride-1 convolution layers of vgg11_cifar or resnet18_cifar");
   app.add_option("--models", cuda.models, "cuda, --list-layers: models whose convolution layers are timed "
                                           "(models/registry.h names)")->expected(1, -1);
   add_choice(app, "--memory-format", cuda.memory_format,
@@ -472,12 +485,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows{matmul_row(timing, "matmul", 2048, 2048, 2048, false)};
 
   // (C, K, H = W) of each distinct 3x3 stride-1 layer.
-  const std::vector<std::array<int64_t, 3>> layers =
-      shapes == Shapes::vgg11 ? std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 128, 16}, {128, 256, 8},
-                                                              {256, 256, 8}, {256, 512, 4}, {512, 512, 4},
-                                                              {512, 512, 2}}
-                        : std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 64, 32}, {128, 128, 16},
-                                                              {256, 256, 8}, {512, 512, 4}};
+  const std::vector<std::array<int64_t, 3>> layers = square_3x3_layers(shapes == Shapes::vgg11 ? "vgg11_cifar"
+                                                                                               : "resnet18_cifar");
   const DType conv_dtype = dtype;
   for (int64_t N : batches) {
     for (const auto& [C, K, HW] : layers)
