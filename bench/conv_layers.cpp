@@ -15,11 +15,12 @@ std::vector<ConvLayer>& recorded() {
   return layers;
 }
 
-// The CPU table's conv2d_forward, noting each call's shapes first.
+// Notes each call's shapes; writes zeros rather than convolving (only the shapes are wanted,
+// and ResNet-50's convolutions are most of its forward pass).
 void recording_conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                               const Conv2dParams& p) {
   recorded().push_back({x.shape, w.shape, y.shape, p, bias != nullptr, 1});
-  cpu_backend().conv2d_forward(y, x, w, bias, p);
+  cpu_backend().fill(y, 0.0);
 }
 
 const Backend& recording_table() {
