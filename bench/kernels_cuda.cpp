@@ -40,6 +40,7 @@
 #include "ringflow/bench/kernels_cuda.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/kernels/cuda/cudnn_conv_plan.h"
+#include "ringflow/kernels/cuda_memory.h"
 
 namespace ringflow::bench {
 namespace {
@@ -328,6 +329,7 @@ void add_torch(std::vector<ConvRow>& rows, const std::string& model, bool nhwc, 
   const std::string cmd = fmt::format("{} '{}' --model {} --batch {} --dtype {} --memory-format {}{} --warmup {} --repeat {}",
                                       o.python, o.torch_script, model, o.batch, dtype_name(o.dtype),
                                       nhwc ? "nhwc" : "nchw", o.tf32 ? " --tf32" : "", o.warmup, o.repeat);
+  cuda_empty_cache();  // the blocks ringflow's allocator keeps go back to the device for PyTorch
   const std::optional<std::string> out = command_output(cmd, "kernels");
   if (!out) return;
   if (const size_t matched = attach_torch_times(rows, model, *out); matched != rows.size())
