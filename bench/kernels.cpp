@@ -1,5 +1,5 @@
-// Kernel microbenchmarks: conv forward / backward-data / backward-weights at the VGG-11
-// CIFAR-10 layer shapes and matmul (VGG-11 classifier and sgemm 2048^3), each through
+// Kernel microbenchmarks on the CPU (--device cuda: bench/kernels_cuda.cpp): conv forward /
+// backward-data / backward-weights at the VGG-11 CIFAR-10 layer shapes and matmul (VGG-11 classifier and sgemm 2048^3), each through
 // ringflow's user-facing op call path and through raw oneDNN (primitive built once, same
 // layouts, same memory). Every GFLOP/s is also given as a percent of the machine ceiling
 // measured in the same run (dnnl_sgemm 2048^3, which beats the matmul primitive there).
@@ -41,6 +41,8 @@
 
 #include "ringflow/apps/choices.h"
 #include "ringflow/bench/ceiling.h"
+#include "ringflow/bench/conv_layers.h"
+#include "ringflow/bench/conv_table.h"
 #include "ringflow/bench/kernels_cuda.h"
 #include "ringflow/framework/ringflow.h"
 
@@ -382,52 +384,109 @@ void print_json(const std::vector<Row>& rows, double ceiling) {
   }
 }
 
+// (C, K, H = W) of each distinct 3x3 stride-1 pad-1 convolution of the model (what conv_rows
+// times), from its forward pass (bench/conv_layers.h).
+std::vector<std::array<int64_t, 3>> square_3x3_layers(const std::string& model) {
+  std::vector<std::array<int64_t, 3>> out;
+  for (const bench::ConvLayer& l : bench::distinct_layers(bench::conv_layers(model, 1))) {
+    const Conv2dParams& p = l.params;
+    const bool same = p.stride_h == 1 && p.stride_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
+                      p.pad_left == 1 && p.pad_right == 1 && p.dilation_h == 1 && p.dilation_w == 1;
+    if (same && l.w[2] == 3 && l.w[3] == 3 && l.x[2] == l.x[3]) out.push_back({l.x[1], l.w[0], l.x[2]});
+  }
+  return out;
+}
+
+// --list-layers: the convolution layers of each model (bench/conv_layers.h) as JSON lines, in
+// bench/torch_conv_layers.py --list's fields, so that a test compares the two.
+void list_layers(const std::vector<std::string>& models, int64_t batch) {
+  for (const std::string& model : models)
+    for (const bench::ConvLayer& l : bench::conv_layers(model, batch)) {
+      nlohmann::json j = bench::layer_json(l);
+      j["model"] = model;
+      fmt::print("{}\n", j.dump());
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ringflow kernel benchmarks: ringflow's op call path vs raw oneDNN"};
+  CLI::App app{"ringflow kernel benchmarks: ringflow's op call path vs raw oneDNN (cpu) or raw cuDNN and "
+               "PyTorch (cuda)"};
   int threads = 0;
   std::vector<int64_t> batches{64, 256};
   Timing timing;
   bool json = false;
   DeviceType device = DeviceType::cpu;
-  bool tf32 = false;
   DType dtype = DType::f32;
+  bool list = false;
   enum class Shapes { vgg11, resnet18 } shapes = Shapes::vgg11;
+  bench::CudaKernelOptions cuda;
+  cuda.models = {"vgg11_cifar", "resnet18_cifar", "resnet50"};
+  cuda.torch_script = RINGFLOW_SOURCE_ROOT "/bench/torch_conv_layers.py";
   using ringflow::apps::add_choice;
   add_choice(app, "--device", device, {{"cpu", DeviceType::cpu}, {"cuda", DeviceType::cuda}},
-             "cpu (vs raw oneDNN) or cuda (vs raw cuDNN / cuBLAS, f32)");
-  app.add_flag("--tf32", tf32, "--device cuda: allow TF32 tensor cores, on both paths");
+             "cpu: the VGG-11 / ResNet-18 3x3 layers and matmuls vs raw oneDNN; cuda: every conv layer of "
+             "--models vs raw cuDNN and PyTorch, forward, backward-data, backward-weights (exit 77 without a "
+             "CUDA device)");
+  app.add_flag("--tf32", cuda.tf32, "--device cuda: allow TF32 tensor cores for f32, on every path");
   app.add_option("--threads", threads, "threads (default: all cores)");
-  app.add_option("--batch", batches, "batch sizes for the conv and classifier rows")->expected(1, -1);
+  app.add_option("--batch", batches, "batch sizes (cpu: of the conv and classifier rows, default 64 256; "
+                                     "cuda: default 256)")->expected(1, -1);
   app.add_option("--repeat", timing.repeat, "least timed calls per row and path (median reported)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print one JSON object per row");
-  add_choice(app, "--dtype", dtype, {{"f32", DType::f32}, {"bf16", DType::bf16}},
-             "convolutions' dtype, for both paths (raw: oneDNN's direct kernels)");
+  add_choice(app, "--dtype", dtype,
+             {{"f32", DType::f32}, {"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16},
+              {"f16", DType::f16}},
+             "convolutions' dtype, for every path (cpu: f32 or bf16, raw: oneDNN's direct kernels)");
   add_choice(app, "--shapes", shapes, {{"vgg11", Shapes::vgg11}, {"resnet18", Shapes::resnet18}},
-             "the convolution layers of vgg11 or resnet18 (CIFAR-10 sizes)");
+             "cpu: the distinct 3x3 stride-1 convolution layers of vgg11_cifar or resnet18_cifar");
+  app.add_option("--models", cuda.models, "cuda, --list-layers: models whose convolution layers are timed "
+                                          "(models/registry.h names)")->expected(1, -1);
+  add_choice(app, "--memory-format", cuda.memory_format,
+             apps::choices_from(kMemoryFormats, memory_format_name),
+             "cuda: activations' layout on every path (auto: nhwc for 16-bit, nchw for f32, as ringflow's auto)");
+  app.add_flag("--list-layers", list, "print the convolution layers of --models (JSON lines, from a forward "
+                                      "pass on the CPU) and exit");
+  app.add_flag("--no-torch", cuda.no_torch, "cuda: skip PyTorch's column");
+  app.add_option("--python", cuda.python, "cuda: the Python that runs PyTorch")->capture_default_str();
+  app.add_option("--torch-script", cuda.torch_script, "cuda: bench/torch_conv_layers.py")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) set_num_threads(threads);
-  if (device == DeviceType::cuda) {
-    try {
-      return bench::run_cuda_kernels(batches, timing.repeat, tf32);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "kernels: {}\n", e.what());
-      return 1;
+  if (device == DeviceType::cuda && !app.count("--batch")) batches = {256};
+  try {
+    if (list) {
+      for (int64_t b : batches) list_layers(cuda.models, b);
+      return 0;
     }
+    if (device == DeviceType::cuda) {
+      cuda.dtype = dtype;
+      cuda.repeat = timing.repeat;
+      cuda.json = json;
+      int status = 0;
+      for (int64_t b : batches) {
+        cuda.batch = b;
+        status = std::max(status, bench::run_cuda_kernels(cuda));
+        if (status == bench::kNoDevice) return status;
+      }
+      return status;
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kernels: {}\n", e.what());
+    return 1;
+  }
+  if (dtype == DType::f16) {
+    fmt::print(stderr, "kernels: --device cpu takes --dtype f32 or bf16\n");
+    return 2;
   }
 
   const double ceiling = sgemm_ceiling(timing);
   std::vector<Row> rows{matmul_row(timing, "matmul", 2048, 2048, 2048, false)};
 
   // (C, K, H = W) of each distinct 3x3 stride-1 layer.
-  const std::vector<std::array<int64_t, 3>> layers =
-      shapes == Shapes::vgg11 ? std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 128, 16}, {128, 256, 8},
-                                                              {256, 256, 8}, {256, 512, 4}, {512, 512, 4},
-                                                              {512, 512, 2}}
-                        : std::vector<std::array<int64_t, 3>>{{3, 64, 32},   {64, 64, 32}, {128, 128, 16},
-                                                              {256, 256, 8}, {512, 512, 4}};
+  const std::vector<std::array<int64_t, 3>> layers = square_3x3_layers(shapes == Shapes::vgg11 ? "vgg11_cifar"
+                                                                                               : "resnet18_cifar");
   const DType conv_dtype = dtype;
   for (int64_t N : batches) {
     for (const auto& [C, K, HW] : layers)

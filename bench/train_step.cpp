@@ -40,6 +40,7 @@
 
 #include "ringflow/apps/choices.h"
 #include "ringflow/bench/ceiling.h"
+#include "ringflow/bench/command_output.h"
 #include "ringflow/framework/op_profile.h"
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/models/registry.h"
@@ -309,26 +310,16 @@ std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
       batch, precision_name(precision), num_threads(), f.steps, f.warmup, f.device.str(),
       f.tf32 ? " --tf32" : "",
       channels_last ? "channels_last" : "contiguous");
-  std::fflush(stdout);
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) {
-    fmt::print(stderr, "train_step: cannot run: {}\n", cmd);
-    return std::nullopt;
-  }
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  const size_t begin = out.rfind('{');
-  if (status != 0 || begin == std::string::npos) {
-    fmt::print(stderr, "train_step: `{}` failed (status {}):\n{}\n", cmd, status, out);
+  const std::optional<std::string> out = bench::command_output(cmd, "train_step");
+  const size_t begin = out ? out->rfind('{') : std::string::npos;
+  if (begin == std::string::npos) {
+    if (out) fmt::print(stderr, "train_step: `{}` printed no JSON:\n{}\n", cmd, *out);
     return std::nullopt;
   }
   try {
-    return nlohmann::json::parse(out.substr(begin));
+    return nlohmann::json::parse(out->substr(begin));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "train_step: `{}`: bad JSON ({}):\n{}\n", cmd, e.what(), out);
+    fmt::print(stderr, "train_step: `{}`: bad JSON ({}):\n{}\n", cmd, e.what(), *out);
     return std::nullopt;
   }
 }

@@ -62,10 +62,22 @@ struct OptimizerSlot {
 // torch.optim.SGD's rule: d = g + weight_decay * p; buf = d on the first step, else
 // momentum * buf + (1 - dampening) * d; d = nesterov ? d + momentum * buf : buf (when
 // momentum != 0); p -= lr * d.
+// A loss scale still in the gradients, for a fused step that takes the grad scaler's work
+// (PyTorch's fused optimizers' grad_scale and found_inf): each gradient element is multiplied
+// by *inv_scale as it is read and rounded to the dtype, as unscale_grads would have stored it,
+// so that the step equals unscale-then-step bit for bit; nothing is written where
+// *found_inf != 0 (check_scaled_grads set it). f32 scalars on the slots' device, read there;
+// null: the gradients are used as they are and the step always runs.
+struct LossScale {
+  const float* inv_scale = nullptr;
+  const float* found_inf = nullptr;
+};
+
 struct SgdStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;
   bool first = false;  // the momentum buffers are uninitialised: they take d
+  LossScale scale = {};
 };
 
 // torch.optim.Adam (coupled weight decay: g += wd * p) and AdamW (decoupled: p *= 1 - lr * wd):
@@ -76,6 +88,7 @@ struct AdamStep {
   double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   bool decoupled = false;
   double step_size = 0, bc2_sqrt = 1;
+  LossScale scale = {};
 };
 
 struct Backend {
@@ -174,7 +187,8 @@ struct Backend {
                            bool log) = nullptr;
 
   // Fused optimizer updates over many parameters at once (one launch on a GPU), floating
-  // dtypes; arithmetic in float (double for f64).
+  // dtypes; arithmetic in float (double for f64). A LossScale in the step is honoured only by
+  // tables with check_scaled_grads (the others refuse one).
   void (*sgd_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& s) = nullptr;
   void (*adam_step)(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& s) = nullptr;
   // The grad scaler's unscale and check (torch._amp_foreach_non_finite_check_and_unscale_), in
@@ -184,6 +198,12 @@ struct Backend {
   // element is inf or NaN and left as it is otherwise.
   void (*unscale_grads)(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
                         const View& found_inf) = nullptr;
+  // The same check reading only (torch's fused optimizers' path): found_inf set exactly where
+  // unscale_grads would set it (an element times inv_scale is inf or NaN), the gradients left
+  // scaled for a step whose LossScale unscales them as it reads them. Tables with it take a
+  // LossScale in sgd_step and adam_step.
+  void (*check_scaled_grads)(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                             const View& found_inf) = nullptr;
 };
 
 // The tables. reference and cpu always exist; cuda_backend() returns null when ringflow

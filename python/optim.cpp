@@ -48,7 +48,7 @@ void load_state_dict(optim::Optimizer& o, const py::dict& state) {
 
 void bind_optimizers(py::module_& m) {
   py::class_<optim::Optimizer>(m, "Optimizer")
-      .def("step", &optim::Optimizer::step, release_gil())
+      .def("step", py::overload_cast<>(&optim::Optimizer::step), release_gil())
       .def("zero_grad", &optim::Optimizer::zero_grad, py::arg("set_to_none") = true, release_gil())
       .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr)
       .def_property_readonly("params", &optim::Optimizer::params)

@@ -689,7 +689,7 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
       };
       for (int variant = 0; variant < 4; ++variant) {
         SgdStep h{0.1, variant == 0 ? 0.0 : 0.9, variant == 2 ? 0.3 : 0.0, variant == 1 ? 0.0 : 1e-2,
-                  variant == 3, /*first=*/variant == 1};
+                  variant == 3, /*first=*/variant == 1, /*scale=*/{}};
         std::vector<OptimizerSlot> sa = a, sb = b;
         if (h.momentum == 0)
           for (auto* v : {&sa, &sb})
@@ -701,7 +701,7 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
       for (bool decoupled : {false, true}) {
         for (double t : {1.0, 7.0}) {
           const AdamStep h{1e-2, 0.9, 0.999, 1e-8, 0.05, decoupled, 1e-2 / (1 - std::pow(0.9, t)),
-                           std::sqrt(1 - std::pow(0.999, t))};
+                           std::sqrt(1 - std::pow(0.999, t)), /*scale=*/{}};
           k.adam_step(dt, a, h);
           reference_backend().adam_step(dt, b, h);
           compare(std::string(decoupled ? "adamw" : "adam") + " t " + std::to_string(t));
@@ -740,6 +740,128 @@ inline bool sweep_optimizers(const Backend& k, const std::vector<DType>& dtypes)
     }
   }
   MESSAGE(cases << " optimizer cases");
+  return failed == 0;
+}
+
+// The grad scaler's fused step (a table with check_scaled_grads): check_scaled_grads, then the
+// SGD or Adam step with a LossScale, against unscale_grads then the plain step. On one table
+// the two give the same bits (params and states); the table's fused step is close to the
+// reference's; the check leaves the gradients as they were; a set found_inf leaves everything.
+inline bool sweep_scaled_optimizers(const Backend& k, const std::vector<DType>& dtypes) {
+  std::mt19937 rng(10);
+  int failed = 0, cases = 0;
+  // Inverse scales whose products round in 16 bits (0.3), and an exact one (2^-10).
+  const float invs[] = {0.3f, 1.0f / 1024};
+  const std::vector<int64_t> sizes = {1, 7, 4099, 33, 17000, 2};
+  const auto fail = [&](bool ok, const std::string& what) {
+    ++cases;
+    if (!ok) {
+      ++failed;
+      MESSAGE("scaled step: " << what);
+    }
+  };
+  for (DType dt : dtypes) {
+    // One set of parameters (param, grad, two states each), copied for every run.
+    std::vector<std::array<Buf, 4>> base;
+    for (int64_t n : sizes) {
+      std::array<Buf, 4> t;
+      for (int j = 0; j < 4; ++j) t[j] = random({n}, dt, Layout::nchw, rng, j == 3 ? 0 : -1, 1);
+      base.push_back(std::move(t));
+    }
+    const auto copy = [&] {
+      std::vector<std::array<Buf, 4>> c;
+      for (const auto& t : base) {
+        std::array<Buf, 4> d;
+        for (int j = 0; j < 4; ++j) {
+          d[j] = make(t[j].v.shape, dt);
+          std::memcpy(d[j].mem.data(), t[j].mem.data(), t[j].mem.size());
+        }
+        c.push_back(std::move(d));
+      }
+      return c;
+    };
+    const auto slots = [](std::vector<std::array<Buf, 4>>& c, bool grads_only) {
+      std::vector<OptimizerSlot> out;
+      for (auto& t : c)
+        out.push_back(grads_only ? OptimizerSlot{t[1].v.data, nullptr, {nullptr, nullptr}, t[1].v.numel()}
+                                 : OptimizerSlot{t[0].v.data, t[1].v.data, {t[2].v.data, t[3].v.data}, t[0].v.numel()});
+      return out;
+    };
+    // Equal bytes in buffer j of every parameter (all j but the grads when `skip_grads`).
+    const auto same = [](const std::vector<std::array<Buf, 4>>& a, const std::vector<std::array<Buf, 4>>& b,
+                         bool skip_grads) {
+      for (size_t i = 0; i < a.size(); ++i)
+        for (int j = 0; j < 4; ++j)
+          if ((!skip_grads || j != 1) && a[i][j].mem != b[i][j].mem) return false;
+      return true;
+    };
+    const auto near = [&](const std::vector<std::array<Buf, 4>>& a, const std::vector<std::array<Buf, 4>>& b,
+                          const std::string& what) {
+      bool ok = true;
+      for (size_t i = 0; i < a.size(); ++i)
+        for (int j : {0, 2, 3}) ok &= close(a[i][j].v, b[i][j].v, rtol_of(dt), atol_of(dt, 4), what);
+      return ok;
+    };
+    for (const float inv : invs) {
+      const View iv{const_cast<float*>(&inv), DType::f32, {}, {}};
+      // Rules: SGD (momentum and weight decay; its first step), Adam, AdamW.
+      for (int rule = 0; rule < 4; ++rule) {
+        const std::string what = std::string(dtype_name(dt)) + " inv " + std::to_string(inv) + " rule " +
+                                 std::to_string(rule);
+        // step(table, slots, scale): the rule with that LossScale.
+        const auto step = [&](const Backend& t, std::vector<OptimizerSlot> sl, LossScale scale) {
+          if (rule < 2) {
+            SgdStep h{0.1, 0.9, 0.0, 1e-2, false, /*first=*/rule == 1, scale};
+            t.sgd_step(dt, sl, h);
+          } else {
+            const AdamStep h{1e-2, 0.9, 0.999, 1e-8, 0.05, /*decoupled=*/rule == 3, 1e-2 / (1 - std::pow(0.9, 3)),
+                             std::sqrt(1 - std::pow(0.999, 3)), scale};
+            t.adam_step(dt, sl, h);
+          }
+        };
+        // Per table: unscale then step (u), check then the scaled step (f).
+        std::vector<std::array<Buf, 4>> results[2][2];  // [table: k, reference][u, f]
+        for (int table = 0; table < 2; ++table) {
+          const Backend& t = table == 0 ? k : reference_backend();
+          float found_u = 0, found_f = 0;
+          const View fu{&found_u, DType::f32, {}, {}}, ff{&found_f, DType::f32, {}, {}};
+          auto u = copy(), f = copy();
+          std::vector<OptimizerSlot> gu = slots(u, true), gf = slots(f, true);
+          t.unscale_grads(dt, gu, iv, fu);
+          step(t, slots(u, false), {});
+          t.check_scaled_grads(dt, gf, iv, ff);
+          fail(found_u == 0 && found_f == 0, what + ": found_inf set on finite gradients");
+          const auto before = copy();
+          fail(same(f, before, false), what + ": check_scaled_grads wrote");
+          step(t, slots(f, false), {&inv, &found_f});
+          fail(same(u, f, /*skip_grads=*/true), what + (table ? " reference" : " table") +
+                                                     ": unscale-then-step and the scaled step differ");
+          // A set flag: nothing moves.
+          auto skipped = copy();
+          const float set_flag = 1;
+          step(t, slots(skipped, false), {&inv, &set_flag});
+          fail(same(skipped, before, false), what + ": a step with found_inf set wrote");
+          results[table][0] = std::move(u);
+          results[table][1] = std::move(f);
+        }
+        fail(near(results[0][1], results[1][1], what), what + ": the table's scaled step against the reference's");
+      }
+      // The check alone finds an inf or NaN planted in the last gradient, as unscale_grads does.
+      for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+        for (int table = 0; table < 2; ++table) {
+          const Backend& t = table == 0 ? k : reference_backend();
+          auto c = copy();
+          set(c.back()[1].v, c.back()[1].v.numel() - 1, bad);
+          float found = 0;
+          const View fv{&found, DType::f32, {}, {}};
+          std::vector<OptimizerSlot> g = slots(c, true);
+          t.check_scaled_grads(dt, g, iv, fv);
+          fail(found == 1, std::string(dtype_name(dt)) + ": check_scaled_grads missed " + std::to_string(bad));
+        }
+      }
+    }
+  }
+  MESSAGE(cases << " scaled optimizer cases");
   return failed == 0;
 }
 

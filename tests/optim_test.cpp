@@ -347,6 +347,7 @@ static void check_grad_scaler() {
   CHECK(p.grad().to_vector<double>() == std::vector<double>{1.0, 2.0, -0.5});
   CHECK_THROWS_WITH_AS(scaler.unscale_(sgd), doctest::Contains("twice"), std::invalid_argument);
   scaler.step(sgd);  // does not unscale again
+  CHECK_THROWS_WITH_AS(scaler.step(sgd), doctest::Contains("step() called twice"), std::invalid_argument);
   scaler.update();
   // Its state round-trips; a bad one is refused naming the entry.
   optim::GradScaler other;
@@ -356,6 +357,99 @@ static void check_grad_scaler() {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(other.load_state_dict({{"scale", 0.0}, {"growth_tracker", 0.0}, {"skipped_steps", 0.0}}),
                        doctest::Contains("scale"), std::invalid_argument);
+}
+
+// Note [The grad scaler's fused step]: on a table with check_scaled_grads, scaler.step checks
+// the gradients and the optimizer unscales them as it reads them. Against the same run with
+// unscale_ first (the separate pass, kept for clipping): the same bits in the parameters and
+// every state entry after each step, the scale moving alike; the fused step leaves the
+// gradients scaled (how it is told apart). A skipped step, the first one included, leaves no
+// state behind (no momentum buffer, no Adam step), as if step had not been called. On a table
+// without it (the CPU's) scaler.step unscales first, as before.
+static void check_fused_grad_scaler(DType dtype, bool fused) {
+  for (int which = 0; which < 3; ++which) {  // SGD with momentum and weight decay, Adam, AdamW
+    CAPTURE(which);
+    const auto optimizer = [&](const std::vector<Tensor>& params) -> std::unique_ptr<optim::Optimizer> {
+      if (which == 0) return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = 0.1, .momentum = 0.9,
+                                                                                    .weight_decay = 1e-2});
+      const optim::AdamOptions o{.lr = 1e-2, .weight_decay = 0.05};
+      if (which == 1) return std::make_unique<optim::Adam>(params, o);
+      return std::make_unique<optim::AdamW>(params, o);
+    };
+    Generator gen(21);
+    std::vector<Tensor> pa, pb;
+    for (const Shape& s : {Shape{5, 7}, Shape{7}, Shape{3, 2, 3, 3}}) {
+      const Tensor p = randn(s, &gen).to(dtype);
+      pa.push_back(p.clone().requires_grad_());
+      pb.push_back(p.clone().requires_grad_());
+    }
+    const auto oa = optimizer(pa), ob = optimizer(pb);
+    // 3 * 2^10: 1 / scale is no power of two, so that unscaled 16-bit gradients round.
+    optim::GradScaler sa({.init_scale = 3072, .growth_interval = 2}), sb({.init_scale = 3072, .growth_interval = 2});
+    for (int step = 0; step < 5; ++step) {
+      CAPTURE(step);
+      const bool overflow = step == 0 || step == 3;  // the first step skipped, and a later one
+      for (size_t i = 0; i < pa.size(); ++i) {
+        Tensor g = mul(randn(pa[i].shape(), &gen), sa.get_scale()).to(dtype);
+        if (overflow && i == 1) g.narrow(0, 2, 1).fill_(INFINITY);
+        pa[i].set_grad(g.clone());
+        pb[i].set_grad(g.clone());
+      }
+      const Tensor scaled_grad = pb[0].grad().clone();
+      sa.unscale_(*oa);
+      CHECK(sa.step(*oa) == !overflow);
+      CHECK(sb.step(*ob) == !overflow);
+      sa.update();
+      sb.update();
+      CHECK(sb.get_scale() == sa.get_scale());
+      for (size_t i = 0; i < pa.size(); ++i) CHECK(pb[i].to_vector<double>() == pa[i].to_vector<double>());
+      const auto state_a = oa->state_dict(), state_b = ob->state_dict();
+      CHECK(state_b.size() == state_a.size());
+      for (const auto& [key, t] : state_a) {
+        CAPTURE(key);
+        REQUIRE(state_b.count(key));
+        CHECK(state_b.at(key).to_vector<double>() == t.to_vector<double>());
+      }
+      if (step == 0) CHECK(state_a.size() == 1);  // "lr" alone: the skipped first step made no state
+      // Fused: the gradients keep the scale; else unscale_ divided them in place.
+      CHECK((pb[0].grad().to_vector<double>() == scaled_grad.to_vector<double>()) == fused);
+    }
+    CHECK(sb.skipped_steps() == 2);
+  }
+}
+
+TEST_CASE("GradScaler fused into the optimizer's step: the bits of unscale_ then step, every dtype") {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    CAPTURE(dtype_name(dtype));
+    SUBCASE("reference") {
+      const ReferenceKernelsGuard table;
+      check_fused_grad_scaler(dtype, /*fused=*/true);
+    }
+    SUBCASE("simt on the host") {
+      const KernelTableGuard table(simt_host_backend());
+      check_fused_grad_scaler(dtype, /*fused=*/true);
+    }
+    SUBCASE("cpu: unscale_ first, as before") { check_fused_grad_scaler(dtype, /*fused=*/false); }
+  }
+}
+
+TEST_CASE("the CPU table takes no LossScale: it has no check_scaled_grads, so the scaler unscales first") {
+  const bool has_check = cpu_backend().check_scaled_grads != nullptr;
+  CHECK_FALSE(has_check);
+  float inv = 0.5f, found = 0;
+  std::vector<float> p(3, 1.0f), g(3, 2.0f), m(3, 0.0f), v(3, 0.0f);
+  const std::vector<OptimizerSlot> slots{{p.data(), g.data(), {m.data(), v.data()}, 3}};
+  SgdStep sgd;
+  sgd.lr = 0.1;
+  sgd.scale = {&inv, &found};
+  CHECK_THROWS_WITH_AS(cpu_backend().sgd_step(DType::f32, slots, sgd), doctest::Contains("LossScale"),
+                       std::invalid_argument);
+  AdamStep adam;
+  adam.lr = 0.1;
+  adam.scale = {&inv, &found};
+  CHECK_THROWS_WITH_AS(cpu_backend().adam_step(DType::bf16, slots, adam), doctest::Contains("LossScale"),
+                       std::invalid_argument);
+  CHECK(p == std::vector<float>(3, 1.0f));
 }
 
 TEST_CASE("GradScaler: unscales, skips a step with inf or NaN and halves, doubles after the interval") {

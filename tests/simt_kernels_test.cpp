@@ -81,6 +81,12 @@ TEST_CASE("fused SGD, Adam and AdamW over many parameters: the sweep, every floa
   CHECK(sweep_optimizers(simt(), kFloats));
 }
 
+// Note [The grad scaler's fused step] (framework/optim/grad_scaler.cpp): the check reading only,
+// then the step unscaling as it reads, bit for bit unscale-then-step, here and on the reference.
+TEST_CASE("grad scaler fused into SGD, Adam and AdamW: equal to unscale-then-step, every floating dtype") {
+  CHECK(sweep_scaled_optimizers(simt(), kFloats));
+}
+
 TEST_CASE("integer elementwise ops and reductions are exact") {
   std::mt19937 rng(11);
   for (DType dt : {DType::i32, DType::i64}) {
@@ -243,7 +249,7 @@ TEST_CASE("the CUDA kernel table has every entry the models need") {
   RF_NEED(avg_pool2d_forward); RF_NEED(avg_pool2d_backward); RF_NEED(adaptive_avg_pool2d_forward);
   RF_NEED(adaptive_avg_pool2d_backward); RF_NEED(batch_norm_forward_train);
   RF_NEED(batch_norm_forward_eval); RF_NEED(batch_norm_backward); RF_NEED(softmax_forward);
-  RF_NEED(softmax_backward); RF_NEED(sgd_step); RF_NEED(adam_step);
+  RF_NEED(softmax_backward); RF_NEED(sgd_step); RF_NEED(adam_step); RF_NEED(check_scaled_grads);
 #undef RF_NEED
   std::string list;
   for (const std::string& m : missing) list += " " + m;

@@ -1,6 +1,8 @@
 #include "ringflow/framework/optim/adam.h"
 
 #include <cmath>
+#include <map>
+#include <vector>
 
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/ops.h"
@@ -23,13 +25,19 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& o)
 
 std::vector<std::string> Adam::state_keys() const { return {"step", "exp_avg", "exp_avg_sq"}; }
 
-void Adam::step() {
+void Adam::step() { update(nullptr); }
+
+bool Adam::step(const GradScaling& scaling) { return update(&scaling); }
+
+bool Adam::update(const GradScaling* scaling) {
   NoGradGuard no_grad;
   const AdamOptions& o = options_;
-  // Parameters at the same step count share one fused call.
+  // Parameters at the same step count share one fused call; parameters that do not fuse are
+  // composed of tensor ops after the fused launches (when a loss scale's flag allows).
   std::map<double, FusedStep> fused;
+  std::vector<size_t> stepped, composed, made;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor p = params_[i];
+    const Tensor& p = params_[i];
     const Tensor g = p.grad();
     if (!g.defined()) continue;
     auto& st = state_[i];
@@ -37,25 +45,36 @@ void Adam::step() {
       st["step"] = scalar_tensor(0, DType::f64);
       st["exp_avg"] = zeros_like(p);
       st["exp_avg_sq"] = zeros_like(p);
+      made.push_back(i);
     }
     Tensor& step_t = st["step"];
     const double t = step_t.item() + 1;
     step_t.data<double>()[0] = t;
-    Tensor m = st["exp_avg"], v = st["exp_avg_sq"];
-    if (fused[t].add({p, g, m, v})) continue;
-    // Any layout: the same rule with tensor ops.
-    const AdamStep c = constants(t);
-    Tensor grad = g;
+    stepped.push_back(i);
+    if (!fused[t].add({p, g, st["exp_avg"], st["exp_avg_sq"]})) composed.push_back(i);
+  }
+  for (auto& [t, step] : fused) step.run(&Backend::adam_step, "adam_step", constants(t), scaling);
+  if (scaling && scaling->found_inf.item() != 0) {  // skipped on the device: the counts go back
+    for (size_t i : stepped) state_[i]["step"].data<double>()[0] -= 1;
+    for (size_t i : made) state_[i].clear();
+    return false;
+  }
+  for (size_t i : composed) {  // any layout: the same rule with tensor ops
+    Tensor p = params_[i];
+    auto& st = state_[i];
+    const AdamStep c = constants(st["step"].item());
+    Tensor grad = scaling ? mul(p.grad(), scaling->inv) : p.grad();
     if (o.weight_decay != 0) {
       if (decoupled_) p.mul_(1 - lr_ * o.weight_decay);
-      else grad = add(g, mul(p, o.weight_decay));
+      else grad = add(grad, mul(p, o.weight_decay));
     }
+    Tensor m = st["exp_avg"], v = st["exp_avg_sq"];
     m.mul_(o.beta1).add_(grad, 1 - o.beta1);
     v.mul_(o.beta2).add_(mul(grad, grad), 1 - o.beta2);
     const Tensor denom = add(div(sqrt(v), c.bc2_sqrt), o.eps);
     p.add_(div(m, denom), -c.step_size);
   }
-  for (auto& [t, step] : fused) step.run(&Backend::adam_step, "adam_step", constants(t));
+  return true;
 }
 
 AdamStep Adam::constants(double t) const {

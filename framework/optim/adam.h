@@ -23,6 +23,7 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options);
   void step() override;
+  bool step(const GradScaling& scaling) override;
   std::vector<std::string> state_keys() const override;
   const AdamOptions& options() const { return options_; }
 
@@ -33,6 +34,7 @@ class Adam : public Optimizer {
   AdamOptions options_;
   bool decoupled_;  // AdamW
   AdamStep constants(double t) const;  // the step's constants at step count t
+  bool update(const GradScaling* scaling);  // both steps; false: skipped by the loss scale's flag
 };
 
 // Adam with decoupled weight decay; PyTorch's default weight_decay for AdamW is 1e-2.

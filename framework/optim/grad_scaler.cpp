@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 #include <stdexcept>
 
 #include "ringflow/framework/autograd.h"
@@ -34,6 +36,40 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   return mul(loss, s.dtype() == loss.dtype() ? s : s.to(loss.dtype()));
 }
 
+namespace {
+
+// Gradients that one kernel call takes (unscale_grads, check_scaled_grads): dense, of one
+// device and dtype.
+struct GradGroup {
+  Device device;
+  DType dtype;
+  std::vector<OptimizerSlot> slots;
+  std::vector<Tensor> grads;
+};
+
+// Adds g to its group when the device's table has `entry` and g is dense and floating.
+bool add_to_group(std::vector<GradGroup>& groups, const Tensor& g,
+                  void (*Backend::*entry)(DType, const std::vector<OptimizerSlot>&, const View&, const View&)) {
+  if (!(kernel_backend(g.device()).*entry) || !is_floating(g.dtype()) || !g.kernel_view().is_dense()) return false;
+  auto it = std::find_if(groups.begin(), groups.end(),
+                         [&](const GradGroup& x) { return x.device == g.device() && x.dtype == g.dtype(); });
+  if (it == groups.end()) it = groups.insert(groups.end(), GradGroup{g.device(), g.dtype(), {}, {}});
+  OptimizerSlot slot;
+  slot.param = g.kernel_view().data;
+  slot.numel = g.numel();
+  it->slots.push_back(slot);
+  it->grads.push_back(g);
+  return true;
+}
+
+}  // namespace
+
+Tensor& GradScaler::found_flag(Device device) {
+  Tensor& found = found_inf_[device.str()];
+  if (!found.defined()) found = zeros({}, DType::f32, device);
+  return found;
+}
+
 void GradScaler::unscale_(Optimizer& optimizer) {
   RF_CHECK(!unscaled_, "GradScaler: unscale_ called twice before update()");
   unscaled_ = true;
@@ -42,39 +78,20 @@ void GradScaler::unscale_(Optimizer& optimizer) {
   // Dense gradients on a device whose table has unscale_grads: one launch per (device,
   // dtype) scales them and notes an inf or NaN in found_inf. Others: scaled by tensor ops,
   // and finite exactly when their sum is (the gradients are far below f32's range).
-  struct Group {
-    Device device;
-    DType dtype;
-    std::vector<OptimizerSlot> slots;
-    std::vector<Tensor> written;
-  };
-  std::vector<Group> groups;
+  std::vector<GradGroup> groups;
   Tensor total;
   for (const Tensor& p : optimizer.params()) {
     Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (kernel_backend(g.device()).unscale_grads && is_floating(g.dtype()) && g.kernel_view().is_dense()) {
-      auto it = std::find_if(groups.begin(), groups.end(),
-                             [&](const Group& x) { return x.device == g.device() && x.dtype == g.dtype(); });
-      if (it == groups.end()) it = groups.insert(groups.end(), Group{g.device(), g.dtype(), {}, {}});
-      OptimizerSlot slot;
-      slot.param = g.kernel_view().data;
-      slot.numel = g.numel();
-      it->slots.push_back(slot);
-      it->written.push_back(g);
-      continue;
-    }
+    if (!g.defined() || add_to_group(groups, g, &Backend::unscale_grads)) continue;
     g.copy_(mul(g, inv));  // in place: ddp's gradients are views of its buckets
     const Tensor s = sum(g.to(DType::f32));
     total = total.defined() ? add(total, s.to(total.device())) : s;
   }
-  for (const Group& group : groups) {
+  for (const GradGroup& group : groups) {
     const Tensor& inv_scale = device_scalar(inv_scale_tensor_, inv, group.device);
-    Tensor& found = found_inf_[group.device.str()];
-    if (!found.defined()) found = zeros({}, DType::f32, group.device);
     kernel(group.device, &Backend::unscale_grads, "unscale_grads")(group.dtype, group.slots, inv_scale.kernel_view(),
-                                                                   found.kernel_view());
-    for (const Tensor& g : group.written) g.storage()->bump_version();
+                                                                   found_flag(group.device).kernel_view());
+    for (const Tensor& g : group.grads) g.storage()->bump_version();
   }
   for (auto& [device, found] : found_inf_) {
     if (found.item() == 0) continue;
@@ -85,10 +102,50 @@ void GradScaler::unscale_(Optimizer& optimizer) {
 }
 
 bool GradScaler::step(Optimizer& optimizer) {
-  if (!unscaled_) unscale_(optimizer);
+  // As PyTorch: after a fused step the gradients still carry the scale, so a second step
+  // before update() would take them at that scale.
+  RF_CHECK(!stepped_, "GradScaler: step() called twice before update()");
+  stepped_ = true;
+  if (!unscaled_) {
+    if (std::optional<bool> stepped = fused_step(optimizer)) return *stepped;
+    unscale_(optimizer);
+  }
   if (found_inf_any_) return false;
   optimizer.step();
   return true;
+}
+
+// Note [The grad scaler's fused step]: where every gradient is dense on one device whose table
+// has check_scaled_grads (CUDA), the check reads them (one launch per dtype) and the
+// optimizer's fused kernels unscale them as they read them, skipping on the device when the
+// check found an inf or NaN: the separate unscale pass (a read and a write of every gradient)
+// is gone, and the gradients keep the scale afterwards (as after torch's fused optimizers).
+// The results equal unscale-then-step bit for bit. Elsewhere (the CPU, gradients on several
+// devices or not dense), unscale_ then step as before.
+std::optional<bool> GradScaler::fused_step(Optimizer& optimizer) {
+  std::vector<GradGroup> groups;
+  for (const Tensor& p : optimizer.params()) {
+    const Tensor& g = p.grad();
+    if (g.defined() && !add_to_group(groups, g, &Backend::check_scaled_grads)) return std::nullopt;
+  }
+  if (groups.empty()) return std::nullopt;
+  const Device device = groups.front().device;
+  for (const GradGroup& group : groups)
+    if (group.device != device) return std::nullopt;
+  unscaled_ = true;  // for update()
+  NoGradGuard no_grad;
+  const double inv = 1.0 / scale_;
+  const GradScaling scaling{device_scalar(inv_scale_tensor_, inv, device), found_flag(device),
+                            static_cast<float>(inv)};  // the value the f32 scalar holds
+  for (const GradGroup& group : groups)
+    kernel(device, &Backend::check_scaled_grads, "check_scaled_grads")(
+        group.dtype, group.slots, scaling.inv_scale.kernel_view(), scaling.found_inf.kernel_view());
+  const bool stepped = optimizer.step(scaling);
+  if (!stepped) {
+    found_inf_any_ = true;
+    found_flag(device).zero_();
+  }
+  return stepped;
 }
 
 void GradScaler::update() {
@@ -103,6 +160,7 @@ void GradScaler::update() {
     growth_tracker_ = 0;
   }
   unscaled_ = false;
+  stepped_ = false;
   found_inf_any_ = false;
   // The device scalars follow (outside any captured step).
   NoGradGuard no_grad;

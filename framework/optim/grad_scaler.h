@@ -4,9 +4,11 @@
 // optimizer step the gradients are divided by it and checked. A step with an inf or NaN
 // gradient is skipped (the parameters and the optimizer's state stay as they were) and the
 // scale halves; after growth_interval finite steps in a row it doubles. The scale lives on
-// the device too, so that a captured step (CUDA graph) replays with the current one;
-// unscaling is one launch per (device, dtype) where the device's table has unscale_grads
-// (CUDA), with one read of its inf flag per step.
+// the device too, so that a captured step (CUDA graph) replays with the current one. On CUDA,
+// step() checks the gradients (one launch per dtype, reading only) and the optimizer's fused
+// kernels unscale them as they read them and skip on the device (Note [The grad scaler's
+// fused step]); an explicit unscale_ is one launch per (device, dtype) where the device's
+// table has unscale_grads. One read of the inf flag per step.
 //
 //   Tensor loss = ...;                 // forward under AutocastGuard(DType::f16)
 //   scaler.scale(loss).backward();
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "ringflow/framework/optim/optimizer.h"
@@ -39,8 +42,9 @@ class GradScaler {
   // Divides the gradients of the optimizer's parameters by the scale, in place, and notes
   // whether any is inf or NaN. Once per step: a second call before update() throws.
   void unscale_(Optimizer& optimizer);
-  // unscale_ (unless done), then the optimizer's step, unless a gradient was inf or NaN.
-  // Returns whether it stepped.
+  // unscale_ (unless done), then the optimizer's step, unless a gradient was inf or NaN; on CUDA
+  // without an unscale_ before, the check and the optimizer's fused step with the scale
+  // (the gradients then keep the scale). Returns whether it stepped. Once per update().
   bool step(Optimizer& optimizer);
   // The scale for the next step: halved after a skipped step, doubled after
   // growth_interval finite ones in a row.
@@ -60,12 +64,16 @@ class GradScaler {
   int64_t growth_tracker_ = 0;  // finite steps in a row
   int64_t skipped_ = 0;
   bool unscaled_ = false;       // unscale_ ran this step
+  bool stepped_ = false;        // step ran since the last update
   bool found_inf_any_ = false;
   // Device scalars: the scale and its inverse (as scale_), and per device a flag that
   // unscale_grads sets on an inf or NaN (zeroed again after each read).
   mutable Tensor scale_tensor_, inv_scale_tensor_;
   std::map<std::string, Tensor> found_inf_;
   const Tensor& device_scalar(Tensor& t, double value, Device device) const;
+  Tensor& found_flag(Device device);  // found_inf_'s flag of the device, made at first use
+  // The check and the optimizer's step(GradScaling); nullopt where it does not apply.
+  std::optional<bool> fused_step(Optimizer& optimizer);
 };
 
 }  // namespace ringflow::optim

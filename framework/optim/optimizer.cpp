@@ -102,6 +102,13 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
   lr_ = lr;
 }
 
+LossScale loss_scale(const GradScaling* scaling, const Device& device, const char* op) {
+  if (!scaling) return {};
+  RF_CHECK(scaling->found_inf.device() == device && scaling->inv_scale.device() == device, op,
+           ": a parameter on ", device.str(), " but the loss scale's flag on ", scaling->found_inf.device().str());
+  return {scaling->inv_scale.kernel_view().ptr<const float>(), scaling->found_inf.kernel_view().ptr<const float>()};
+}
+
 bool FusedStep::add(const std::vector<Tensor>& tensors) {
   const Tensor& first = tensors.front();
   if (!first.defined() || !is_floating(first.dtype())) return false;

@@ -6,7 +6,8 @@
 // step() runs under NoGradGuard with in-place updates: parameters that share one dense
 // layout with their gradient and state go to the device's fused kernel, all at once
 // (FusedStep); others get the same rule composed of tensor ops.
-// Parameters whose .grad is undefined are skipped, as in PyTorch.
+// Parameters whose .grad is undefined are skipped, as in PyTorch. step(GradScaling) is the
+// grad scaler's fused step (GradScaler::step): the gradients still carry the loss scale.
 #pragma once
 
 #include <map>
@@ -18,6 +19,17 @@
 
 namespace ringflow::optim {
 
+// A loss scale still in the gradients, and the flag its check set (GradScaler's fused step,
+// as torch's fused optimizers' grad_scale and found_inf). The fused kernels multiply each
+// gradient by inv_scale as they read it and skip the update on the device where found_inf is
+// not 0 (kernels/backend.h's LossScale); gradients composed of tensor ops are multiplied by
+// `inv`. The step reads found_inf once, after the fused launches.
+struct GradScaling {
+  Tensor inv_scale;  // f32 scalar on the parameters' device
+  Tensor found_inf;  // f32 scalar there, set by Backend::check_scaled_grads
+  double inv = 1;    // inv_scale's value
+};
+
 class Optimizer {
  public:
   Optimizer(std::vector<Tensor> params, double lr);
@@ -27,6 +39,10 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
+  // The same from gradients that still carry a loss scale: unscaled as they are read; where
+  // scaling.found_inf is set, no parameter or state changes (as if step were not called) and
+  // it returns false. The parameters with gradients must all be on found_inf's device.
+  virtual bool step(const GradScaling& scaling) = 0;
 
   // set_to_none = true (PyTorch 2's default; 1.13's was false) drops every .grad, so that
   // the next backward writes a fresh gradient instead of adding into zeros; false fills
@@ -69,9 +85,10 @@ class FusedStep {
   // Takes {param, grad, state0[, state1]} when they fuse; false when they do not.
   bool add(const std::vector<Tensor>& tensors);
   // Runs the kernel `entry` with `step` over every group, then marks the written tensors.
+  // scaling (may be null): the step's LossScale, read on the device.
   template <class Step>
   void run(void (*Backend::*entry)(DType, const std::vector<OptimizerSlot>&, const Step&),
-           const char* op, const Step& step);
+           const char* op, Step step, const GradScaling* scaling = nullptr);
 
  private:
   struct Group {
@@ -83,10 +100,14 @@ class FusedStep {
   std::vector<Group> groups_;
 };
 
+// The LossScale of `scaling` for kernels on `device` (none without scaling).
+LossScale loss_scale(const GradScaling* scaling, const Device& device, const char* op);
+
 template <class Step>
 void FusedStep::run(void (*Backend::*entry)(DType, const std::vector<OptimizerSlot>&, const Step&),
-                    const char* op, const Step& step) {
+                    const char* op, Step step, const GradScaling* scaling) {
   for (Group& g : groups_) {
+    step.scale = loss_scale(scaling, g.device, op);
     kernel(g.device, entry, op)(g.dtype, g.slots, step);
     for (const Tensor& t : g.written) t.storage()->bump_version();
   }

@@ -23,11 +23,13 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, const SGDOptions& options);
   void step() override;
+  bool step(const GradScaling& scaling) override;
   std::vector<std::string> state_keys() const override;
   const SGDOptions& options() const { return options_; }
 
  private:
   SGDOptions options_;
+  bool update(const GradScaling* scaling);  // both steps; false: skipped by the loss scale's flag
 };
 
 }  // namespace ringflow::optim

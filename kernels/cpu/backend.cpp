@@ -44,6 +44,7 @@ const Backend& cpu_backend() {
     b.adam_step = cpu::adam_step;
     b.matmul_bias = nullptr;  // composed: oneDNN's matmul, then add and relu
     b.unscale_grads = nullptr;  // the reference's is element by element in double: composed instead
+    b.check_scaled_grads = nullptr;  // so the grad scaler unscales first, and no step takes a LossScale
     return b;
   }();
   return table;

@@ -1,6 +1,8 @@
 // Fused optimizer steps on the CPU for f32 and f64 (one loop per parameter, in the dtype
 // itself); other dtypes take the reference loops.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/reference/reference_kernels.h"
@@ -53,15 +55,24 @@ void adam_loop(const OptimizerSlot& s, const AdamStep& h) {
   }
 }
 
+// This table has no check_scaled_grads: no grad scaler hands it a scaled step.
+void refuse_loss_scale(const LossScale& s, const char* op) {
+  if (s.inv_scale || s.found_inf)
+    throw std::invalid_argument(std::string("cpu ") + op +
+                                ": the CPU table takes no LossScale (it has no check_scaled_grads; unscale first)");
+}
+
 }  // namespace
 
 void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
+  refuse_loss_scale(h.scale, "sgd_step");
   if (dtype != DType::f32 && dtype != DType::f64) return reference::sgd_step(dtype, slots, h);
   for (const OptimizerSlot& s : slots)
     dtype == DType::f32 ? sgd_loop<float>(s, h) : sgd_loop<double>(s, h);
 }
 
 void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h) {
+  refuse_loss_scale(h.scale, "adam_step");
   if (dtype != DType::f32 && dtype != DType::f64) return reference::adam_step(dtype, slots, h);
   for (const OptimizerSlot& s : slots) {
     if (!s.state[0] || !s.state[1])

@@ -42,6 +42,7 @@ const Backend& reference_backend() {
     b.sgd_step = reference::sgd_step;
     b.adam_step = reference::adam_step;
     b.unscale_grads = reference::unscale_grads;
+    b.check_scaled_grads = reference::check_scaled_grads;
     return b;
   }();
   return table;

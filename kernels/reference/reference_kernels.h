@@ -93,5 +93,7 @@ void sgd_step(DType dtype, const std::vector<OptimizerSlot>& slots, const SgdSte
 void adam_step(DType dtype, const std::vector<OptimizerSlot>& slots, const AdamStep& h);
 void unscale_grads(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
                    const View& found_inf);
+void check_scaled_grads(DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                        const View& found_inf);
 
 }  // namespace ringflow::reference

@@ -1,6 +1,7 @@
 // Fused multi-tensor optimizer updates (SGD with momentum, Nesterov and weight decay; Adam;
-// AdamW), the rules of kernels/backend.h's SgdStep and AdamStep, and the grad scaler's
-// unscale-and-check. Many parameters go in one launch: each is cut into chunks of kChunk
+// AdamW), the rules of kernels/backend.h's SgdStep and AdamStep, with the grad scaler's
+// unscale folded into their gradient reads and its skip on the device (LossScale), and the
+// grad scaler's unscale-and-check and check alone. Many parameters go in one launch: each is cut into chunks of kChunk
 // elements, one block per chunk, and a block finds its parameter (binary search) in a table
 // of up to kMaxSlots passed with the launch: 512 parameters, so that every model here takes
 // one launch per dtype (the table is ~24 KB of kernel parameters, which CUDA 12.1 and later
@@ -51,6 +52,19 @@ struct SlotTable {
   }
 };
 
+// The step's view of a LossScale: whether it is skipped, and gradient element g as the step
+// uses it (unscaled and rounded to T, as unscale_grads would have stored it).
+template <class T>
+struct ScaledGrad {
+  using A = acc_t<T>;
+  bool scaled;
+  A inv;
+  RF_HD explicit ScaledGrad(const LossScale& s)
+      : scaled(s.inv_scale != nullptr), inv(s.inv_scale ? static_cast<A>(*s.inv_scale) : A(1)) {}
+  RF_HD static bool skipped(const LossScale& s) { return s.found_inf && *s.found_inf != 0.0f; }
+  RF_HD A operator()(T g) const { return scaled ? load(store<T>(load(g) * inv)) : load(g); }
+};
+
 template <class T>
 struct SgdBody {
   SlotTable table;
@@ -59,6 +73,8 @@ struct SgdBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t chunk) const {
     using A = acc_t<T>;
+    if (ScaledGrad<T>::skipped(h.scale)) return;
+    const ScaledGrad<T> grad(h.scale);
     const auto c = table.template chunk<T>(chunk);
     T* p = c.param;
     const T* g = c.grad;
@@ -68,7 +84,7 @@ struct SgdBody {
     const A mom = static_cast<A>(h.momentum), keep = static_cast<A>(1 - h.dampening);
     block.for_each(len, [&](int64_t i) {
       const A pi = load(p[i]);
-      A d = load(g[i]);
+      A d = grad(g[i]);
       if (h.weight_decay != 0) d = d + wd * pi;
       if (buf) {
         const A b = h.first ? d : load(buf[i]) * mom + keep * d;
@@ -88,6 +104,8 @@ struct AdamBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t chunk) const {
     using A = acc_t<T>;
+    if (ScaledGrad<T>::skipped(h.scale)) return;
+    const ScaledGrad<T> grad(h.scale);
     const auto c = table.template chunk<T>(chunk);
     T* p = c.param;
     const T* g = c.grad;
@@ -103,7 +121,7 @@ struct AdamBody {
     block.for_each(len, [&](int64_t i) {
       A pi = load(p[i]);
       if (decoupled) pi = pi * decay;
-      A gi = load(g[i]);
+      A gi = grad(g[i]);
       if (coupled) gi = gi + wd * pi;
       const A mi = load(m[i]) * b1 + a1 * gi;
       const A vi = load(v[i]) * b2 + a2 * gi * gi;
@@ -114,9 +132,10 @@ struct AdamBody {
   }
 };
 
-// The grad scaler's unscale and check (backend.h's unscale_grads): each slot's `param` is a
-// gradient, multiplied in place by *inv_scale; a non-finite element sets *found_inf to 1.
-template <class T>
+// The grad scaler's unscale and check (backend.h's unscale_grads; kWrite) or its check alone
+// (check_scaled_grads): each slot's `param` is a gradient, multiplied by *inv_scale (and
+// stored so when kWrite); a non-finite product sets *found_inf to 1.
+template <class T, bool kWrite>
 struct UnscaleBody {
   SlotTable table;
   const float* inv_scale;
@@ -130,7 +149,7 @@ struct UnscaleBody {
     block.for_each(c.len, [&](int64_t i) {
       const A g = load(c.param[i]) * inv;
       if (simt::isnan(g) || simt::isnan(g - g)) *found_inf = 1.0f;  // NaN, or inf (inf - inf)
-      c.param[i] = store<T>(g);
+      if constexpr (kWrite) c.param[i] = store<T>(g);
     });
   }
 };
@@ -164,30 +183,34 @@ struct UnscaleArgs {
   const float* inv_scale;
   float* found_inf;
 };
-template <class T>
-void set_step(UnscaleBody<T>& body, const UnscaleArgs& a) {
+template <class T, bool kWrite>
+void set_step(UnscaleBody<T, kWrite>& body, const UnscaleArgs& a) {
   body.inv_scale = a.inv_scale;
   body.found_inf = a.found_inf;
 }
 
-template <class Exec>
+// unscale_grads (kWrite) or check_scaled_grads.
+template <class Exec, bool kWrite>
 void unscale_grads(const Exec& exec, DType dtype, const std::vector<OptimizerSlot>& slots,
                    const View& inv_scale, const View& found_inf) {
-  const char* op = "unscale_grads";
+  const char* op = kWrite ? "unscale_grads" : "check_scaled_grads";
   check(inv_scale.numel() == 1 && inv_scale.dtype == DType::f32 && found_inf.numel() == 1 &&
             found_inf.dtype == DType::f32,
         op, "inv_scale and found_inf must be one f32 each");
   visit_floating(dtype, op, [&](auto tag) {
-    multi_tensor<Exec, UnscaleBody<decltype(tag)>>(exec, slots, UnscaleArgs{inv_scale.ptr<const float>(),
-                                                                              found_inf.ptr<float>()},
-                                                   op, /*needs_grad=*/false);
+    multi_tensor<Exec, UnscaleBody<decltype(tag), kWrite>>(
+        exec, slots, UnscaleArgs{inv_scale.ptr<const float>(), found_inf.ptr<float>()}, op, /*needs_grad=*/false);
   });
 }
 
 template <class Exec>
 void set_optimizer_kernels(Backend& b) {
   b.unscale_grads = [](DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
-                       const View& found_inf) { unscale_grads(Exec{}, dtype, slots, inv_scale, found_inf); };
+                       const View& found_inf) { unscale_grads<Exec, true>(Exec{}, dtype, slots, inv_scale, found_inf); };
+  b.check_scaled_grads = [](DType dtype, const std::vector<OptimizerSlot>& slots, const View& inv_scale,
+                            const View& found_inf) {
+    unscale_grads<Exec, false>(Exec{}, dtype, slots, inv_scale, found_inf);
+  };
   b.sgd_step = [](DType dtype, const std::vector<OptimizerSlot>& slots, const SgdStep& h) {
     visit_floating(dtype, "sgd_step", [&](auto tag) {
       multi_tensor<Exec, SgdBody<decltype(tag)>>(Exec{}, slots, h, "sgd_step");
