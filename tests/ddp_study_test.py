@@ -42,7 +42,8 @@ def main(bench, train):
                      "the time of ddp without communication",
                      "mlp, mpiexec -n 2: ddp's iteration takes",
                      "allreduce-after-backward's", "## What DDP costs beside the wire",
-                     "with the noop hook ddp's iteration is"):
+                     "with the noop hook ddp's iteration is",
+                     "ddp's communication used about", "computing cores"):
             check(part in summary, f"summary.md lacks '{part}'")
 
         def rows(name):
