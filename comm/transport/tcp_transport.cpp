@@ -171,7 +171,10 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     } else if (receiving) {
       p[n++] = {fds_[from].get(), POLLIN, 0};
     }
-    if (receiving) wake_when_readable(from, in_total - in_done);
+    if (receiving) {  // until the length is in and checked, only the header is sure to come
+      wake_when_readable(from, in_done < sizeof in_header ? sizeof in_header - in_done
+                                                          : in_total - in_done);
+    }
     const int timeout = poll_timeout(deadline_);
     if (timeout == 0) {
       fail(cat(where(), " timed out waiting for ",
@@ -188,7 +191,9 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
 // so the communication thread woke for every packet or two of a large message, and on a
 // node whose cores all compute each wake-up preempted a compute thread. SO_RCVLOWAT makes
 // the kernel wake it once kWakeBytes are queued, or all that is left of the message when
-// that is less (else the last bytes would wait for the next message's). A closed or failed
+// that is less (else the last bytes would wait for the next message's). Before the
+// message's length is read and checked, only its 8-byte header is sure to come: a message
+// shorter than expected must still wake the receiver, to be named. A closed or failed
 // connection still wakes it at once. Waiting for all of a ring segment instead slowed the
 // transfers (the copy out of the socket starts only at the end); a quarter of a MiB keeps
 // it overlapped with the transfer. The counts: docs/ddp-study.md.
