@@ -28,6 +28,10 @@ struct StepMetrics {
   // ... and the CPU time that thread used (ProcessGroup::comm_thread_cpu_time).
   MetricId comm_cpu_ms = schema.add({.name = "comm_cpu_ms", .unit = Unit::ms,
                                      .label = "comm thread cpu", .comm = true});
+  // ... and the node's softirq time in it, all CPUs (apps/node_softirq.h): the kernel's network
+  // work, done on whichever thread it interrupts, the computation's included.
+  MetricId softirq_ms = schema.add({.name = "softirq_ms", .unit = Unit::ms,
+                                    .label = "node softirq", .comm = true});
   MetricId bytes_sent = schema.add({.name = "bytes_sent", .unit = Unit::bytes, .label = "sent",
                                     .comm = true});
   MetricId bytes_received = schema.add({.name = "bytes_received", .unit = Unit::bytes,

@@ -33,6 +33,7 @@
 #include "ringflow/apps/checkpointing.h"
 #include "ringflow/apps/data_choice.h"
 #include "ringflow/apps/gradient_sync.h"
+#include "ringflow/apps/node_softirq.h"
 #include "ringflow/apps/non_finite.h"
 #include "ringflow/apps/report.h"
 #include "ringflow/apps/setup.h"
@@ -520,6 +521,7 @@ StepRecord Trainer::step() {
   Values& v = r.figures;
   r.start = Clock::now();
   const std::chrono::nanoseconds comm_cpu_start = comm_cpu_time();
+  const std::chrono::nanoseconds softirq_start = node_softirq_time();
   for (int k = 0; k < f_.grad_accum; ++k) {
     const bool last = k + 1 == f_.grad_accum;
     auto& t = r.marks.emplace_back();
@@ -585,6 +587,7 @@ StepRecord Trainer::step() {
   r.end = Clock::now();
   v[m.step_ms] = ms_between(r.start, r.end);
   v[m.comm_cpu_ms] = std::chrono::duration<double, std::milli>(comm_cpu_time() - comm_cpu_start).count();
+  v[m.softirq_ms] = std::chrono::duration<double, std::milli>(node_softirq_time() - softirq_start).count();
   r.comm.record(v);
   v[m.images] = v[m.seen];
   v[m.batches] = f_.grad_accum;

@@ -98,7 +98,7 @@ def summarize(its, warmup):
            "images_per_s": mean("images_per_s")}
     for p in PHASES:
         out[p + "_ms"] = mean(p + "_ms")
-    for key in ("comm_total_ms", "comm_cpu_ms", "bytes_sent", "bytes_received", "overlap",
+    for key in ("comm_total_ms", "comm_cpu_ms", "softirq_ms", "bytes_sent", "bytes_received", "overlap",
                 "max_bytes_sent", "max_bytes_received"):
         out[key] = mean(key)
     return out

@@ -42,7 +42,8 @@ def main(bench, train):
                      "the time of ddp without communication",
                      "mlp, mpiexec -n 2: ddp's iteration takes",
                      "allreduce-after-backward's", "## What DDP costs beside the wire",
-                     "with the noop hook ddp's iteration is"):
+                     "with the noop hook ddp's iteration is",
+                     "ddp's communication used about", "computing cores"):
             check(part in summary, f"summary.md lacks '{part}'")
 
         def rows(name):
@@ -80,6 +81,7 @@ def main(bench, train):
             what = f"overhead {r['strategy']} {r['bucket_cap_mb']}"
             noop = r["strategy"] in ("none", "allreduce-noop", "ddp-noop")
             check((float(r["bytes_sent"]) == 0) == noop, f"{what}: bytes sent {r['bytes_sent']}")
+            check(float(r["softirq_ms"]) >= 0, f"{what}: node softirq {r['softirq_ms']}")
             if not noop:  # the communication thread's CPU clock was read
                 check(float(r["comm_cpu_ms"]) > 0, f"{what}: comm thread cpu {r['comm_cpu_ms']}")
                 check(r["compute_slowdown"] != "" and r["x_allreduce"] != "", f"{what}: ratios")

@@ -99,6 +99,7 @@ PeerWatch::PeerWatch(Bootstrap& bootstrap, const std::string& interface,
   wake_read_.reset(pipe_fds[0]);
   wake_write_.reset(pipe_fds[1]);
   thread_ = std::thread([this] { listen(); });
+  pthread_setname_np(thread_.native_handle(), "rf_peer_watch");
 }
 
 PeerWatch::~PeerWatch() {

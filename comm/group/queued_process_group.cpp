@@ -1,5 +1,7 @@
 #include "ringflow/comm/group/queued_process_group.h"
 
+#include <pthread.h>
+
 #include <cstring>
 #include <utility>
 
@@ -59,6 +61,8 @@ QueuedProcessGroup::~QueuedProcessGroup() { stop(); }
 
 void QueuedProcessGroup::start() {
   thread_ = std::thread([this] { run_loop(); });
+  // Named as PyTorch names its threads, so that top -H, perf and /proc tell it apart.
+  pthread_setname_np(thread_.native_handle(), "rf_comm");
   const int err = pthread_getcpuclockid(thread_.native_handle(), &thread_clock_);
   RF_CHECK(err == 0, "pthread_getcpuclockid of the communication thread: ", std::strerror(err));
 }

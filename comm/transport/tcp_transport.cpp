@@ -39,6 +39,8 @@ namespace {
 
 using detail::poll_timeout;
 
+constexpr size_t kWakeBytes = 256 << 10;  // Note [waking per chunk]
+
 // What is left of a message (its 8-byte header, then its data) after `done` bytes.
 int rest_of_message(size_t done, uint64_t* header, void* data, size_t data_bytes, iovec* iov) {
   constexpr size_t h = sizeof *header;
@@ -68,7 +70,8 @@ std::unique_ptr<TcpTransport> TcpTransport::create(Bootstrap& bootstrap,
 }
 
 TcpTransport::TcpTransport(int rank, int size, std::vector<Fd> fds, std::string address)
-    : rank_(rank), size_(size), fds_(std::move(fds)), address_(std::move(address)) {}
+    : rank_(rank), size_(size), fds_(std::move(fds)), address_(std::move(address)),
+      lowat_(fds_.size(), 1) {}
 
 TcpTransport::~TcpTransport() = default;
 
@@ -168,6 +171,10 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
     } else if (receiving) {
       p[n++] = {fds_[from].get(), POLLIN, 0};
     }
+    if (receiving) {  // until the length is in and checked, only the header is sure to come
+      wake_when_readable(from, in_done < sizeof in_header ? sizeof in_header - in_done
+                                                          : in_total - in_done);
+    }
     const int timeout = poll_timeout(deadline_);
     if (timeout == 0) {
       fail(cat(where(), " timed out waiting for ",
@@ -178,6 +185,27 @@ void TcpTransport::exchange(const void* send_data, size_t send_bytes, int to, vo
       fail(cat(where(), ": poll: ", std::strerror(errno)));
     }
   }
+}
+
+// Note [waking per chunk]: poll() reports a socket readable as soon as one byte is queued,
+// so the communication thread woke for every packet or two of a large message, and on a
+// node whose cores all compute each wake-up preempted a compute thread. SO_RCVLOWAT makes
+// the kernel wake it once kWakeBytes are queued, or all that is left of the message when
+// that is less (else the last bytes would wait for the next message's). Before the
+// message's length is read and checked, only its 8-byte header is sure to come: a message
+// shorter than expected must still wake the receiver, to be named. A closed or failed
+// connection still wakes it at once. Waiting for all of a ring segment instead slowed the
+// transfers (the copy out of the socket starts only at the end); a quarter of a MiB keeps
+// it overlapped with the transfer. The counts: docs/ddp-study.md.
+void TcpTransport::wake_when_readable(int peer, size_t bytes) {
+  const int want = static_cast<int>(std::min(bytes, kWakeBytes));
+  int& lowat = lowat_[static_cast<size_t>(peer)];
+  if (lowat == want) return;
+  if (setsockopt(fds_[peer].get(), SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) != 0) {
+    fail(cat("TcpTransport on rank ", rank_, ": setsockopt(SO_RCVLOWAT) with rank ", peer, ": ",
+             std::strerror(errno)));
+  }
+  lowat = want;
 }
 
 }  // namespace ringflow::comm

@@ -67,12 +67,15 @@ class TcpTransport final : public Transport {
   void exchange(const void* send_data, size_t send_bytes, int to, void* recv_data,
                 size_t recv_bytes, int from, const char* call);
   [[noreturn]] void fail(const std::string& what);
+  // Before a poll() for a message from peer with `bytes` left: Note [waking per chunk].
+  void wake_when_readable(int peer, size_t bytes);
 
   int rank_ = 0, size_ = 1;
   std::vector<Fd> fds_;  // fds_[peer]: the connection to peer; none for this rank
   std::string address_;
   std::deque<std::vector<unsigned char>> to_self_;  // messages sent to this rank, in order
   Deadline deadline_ = Deadline::max();
+  std::vector<int> lowat_;  // lowat_[peer]: the SO_RCVLOWAT last set on fds_[peer]
   std::string broken_;  // why the transport is unusable; empty while usable
 };
 
