@@ -36,14 +36,18 @@ struct AutogradMeta {
 };
 
 // Note [blocked tensors]: a CPU activation may lie in oneDNN's blocked layout
-// (kernels/memory_layout.h) between the ops that take it (Note [blocked operands] in kernels/backend.h:
-// convolutions, batch norm, pooling, relu, add), which then make no reorders. Its shape stays
-// (N, C, H, W); strides are meaningless for it. Everything that reads its strides or elements
-// (strides(), kernel_view(), raw_data(), and through them every view, copy, item, to_vector,
-// checkpoint and other op) first converts it in place to a contiguous strided tensor, in one
-// function (Tensor::strided_impl): the handle's storage is replaced by a converted copy, so
-// the values seen through it never change and nothing reads blocked memory as strided. Other
-// handles of the old storage (detach() shares it) keep it blocked.
+// (kernels/memory_layout.h) between the ops that take it (Note [blocked operands] in
+// kernels/backend.h: convolutions, batch norm, pooling, relu, add), which then make no
+// reorders. Its shape stays (N, C, H, W); strides are meaningless for it. Everything that
+// reads its strides or elements (strides(), kernel_view(), raw_data(), and through them every
+// view, copy, item, to_vector, checkpoint and other op) first converts it in place to a
+// contiguous strided tensor, in one function (Tensor::strided_impl): the handle's storage is
+// replaced by a converted copy, so the values seen through it never change and nothing reads
+// blocked memory as strided. Other handles of the old storage (detach() shares it, as autograd
+// does to save an activation) keep it blocked, so an in-place write through the converted
+// handle is not seen through them, unlike PyTorch's detach() (in-place ops on activations are
+// refused under grad mode anyway). Like any change of a tensor, the conversion is not safe
+// while another thread uses the handle.
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;

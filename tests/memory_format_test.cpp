@@ -88,7 +88,7 @@ TEST_CASE("a conv-bn-relu-pool-add chain keeps the format's layout, forward and 
     CAPTURE(memory_format_name(format));
     std::vector<bool> layouts;
     const Chain c = run_chain(format, DType::f32, &layouts);  // the cpu (oneDNN) kernels
-    // auto on the cpu: oneDNN's preference, channels-last
+    // auto on the cpu: oneDNN's preference, channels-last (6 channels take no blocked layout)
     const bool want = format != MemoryFormat::nchw;
     for (size_t i = 0; i < layouts.size(); ++i) {
       CAPTURE(i);
