@@ -51,4 +51,9 @@ bool conv_output_channels_last(MemoryFormat format, Device device, DType dtype, 
   return false;
 }
 
+MemoryLayout conv_output_blocked_layout(MemoryFormat format, const Backend& table, DType dtype, int64_t channels) {
+  if (format != MemoryFormat::automatic || !table.blocked_layout) return MemoryLayout::strided;
+  return table.blocked_layout(dtype, channels);
+}
+
 }  // namespace ringflow

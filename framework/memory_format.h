@@ -1,7 +1,8 @@
 // The layout of 4-D activations between layers, for the process (PyTorch's memory_format;
 // train --memory-format, bench/train_step --memory-format). Convolutions lay out their
 // outputs by it, and the ops after them (batch norm, relu, pooling, add) keep their input's
-// layout, so that a conv-bn-relu-pool chain stays in one layout and makes no reorders.
+// layout, so that a conv-bn-relu-pool chain stays in one layout and makes no reorders. auto
+// keeps f32 activations on the CPU in oneDNN's blocked layout (Note [blocked tensors]).
 // Parameters, their gradients and checkpoints stay in PyTorch's layout (contiguous) whatever
 // it is; the 16-bit casts of weights that autocast makes for channels-last convolutions are
 // laid out channels-last (framework/autocast.h).
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/device.h"
 #include "ringflow/kernels/dtype.h"
 
@@ -32,6 +34,12 @@ MemoryFormat memory_format_from_name(const std::string& name);
 // f32's FMA kernels are fastest NCHW (Note [16-bit activations channels-last on CUDA]).
 bool conv_output_channels_last(MemoryFormat format, Device device, DType dtype, bool input_channels_last,
                                bool prefers_channels_last);
+
+// The blocked layout (kernels/memory_layout.h) a convolution's `channels`-channel output of `dtype`
+// takes, and so the activations after it (Note [blocked tensors] in tensor.h): automatic: the
+// one `table`'s convolutions compute in (Backend::blocked_layout: oneDNN's nChw16c or nChw8c
+// for f32 on the CPU), where it has one; strided (none) under nchw and nhwc, and otherwise.
+MemoryLayout conv_output_blocked_layout(MemoryFormat format, const Backend& table, DType dtype, int64_t channels);
 
 // Sets the format for a scope and restores the one before at its end.
 class MemoryFormatGuard {

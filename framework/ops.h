@@ -20,8 +20,17 @@ Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Devic
 // Dense with NHWC strides; `shape` stays (N, C, H, W).
 Tensor empty_channels_last(const Shape& shape, DType dtype = DType::f32,
                            Device device = Device::cpu());
-// Same shape, dtype and device, and the same layout class (channels-last or contiguous).
+// Same shape, dtype and device, and the same layout class (channels-last or contiguous; a
+// blocked t gives contiguous).
 Tensor empty_like(const Tensor& t);
+// A 4-D (N, C, H, W) tensor in a blocked layout (kernels/memory_layout.h; C a multiple of its block),
+// or contiguous for MemoryLayout::strided: Note [blocked tensors].
+Tensor empty_blocked(const Shape& shape, MemoryLayout layout, DType dtype = DType::f32,
+                     Device device = Device::cpu());
+// `shape` in like's dtype and device, laid out as like is for kernels: its kernel_layout()
+// where blocked, else channels-last or contiguous as empty_like. For the outputs of the ops of
+// Note [blocked operands].
+Tensor empty_like_layout(const Tensor& like, const Shape& shape);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32,

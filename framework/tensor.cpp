@@ -59,7 +59,10 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
 
 namespace {
 
+// A strided view of a strided base (its callers read base.strides(), which converts).
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  RF_CHECK(base.layout() == MemoryLayout::strided, "a view of a tensor in the blocked layout ",
+           memory_layout_name(base.layout()), " (an internal error: strides() converts it first)");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);
@@ -109,27 +112,66 @@ TensorImpl& Tensor::checked() const {
 int64_t Tensor::size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim())]; }
 int64_t Tensor::numel() const { return shape_numel(shape()); }
 
-bool Tensor::is_contiguous() const { return contiguous_layout(shape(), strides()); }
-bool Tensor::is_channels_last() const { return channels_last_layout(shape(), strides()); }
+bool Tensor::is_contiguous() const {
+  const TensorImpl& t = checked();
+  return t.layout == MemoryLayout::strided && contiguous_layout(t.shape, t.strides);
+}
+bool Tensor::is_channels_last() const {
+  const TensorImpl& t = checked();
+  return t.layout == MemoryLayout::strided && channels_last_layout(t.shape, t.strides);
+}
 
 bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && storage() == other.storage();
 }
 
-View Tensor::kernel_view() const {
-  const TensorImpl& t = checked();
+namespace {
+
+// What a kernel sees of t's memory, in t's layout.
+View view_of(const TensorImpl& t) {
   View v;
   v.data = static_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype);
   v.dtype = t.dtype;
   v.shape = t.shape;
   v.strides = t.strides;
+  v.layout = t.layout;
   v.derived = t.storage->shared() ? nullptr : &t.storage->derived();
   v.version = t.storage->version();
   return v;
 }
 
-void* Tensor::raw_data() const {
+}  // namespace
+
+TensorImpl& Tensor::strided_impl() const {
+  TensorImpl& t = checked();
+  if (t.layout == MemoryLayout::strided) return t;
+  auto plain = std::make_shared<Storage>(t.storage->nbytes(), t.storage->device());
+  const View from = view_of(t);
+  View to = from;
+  to.data = plain->data();
+  to.layout = MemoryLayout::strided;
+  to.derived = nullptr;
+  // The device's own table: under a KernelTableGuard the kernels may know no blocked layout.
+  device_backend(plain->device()).copy(to, from);
+  t.storage = std::move(plain);
+  t.layout = MemoryLayout::strided;
+  return t;
+}
+
+View Tensor::kernel_view() const { return view_of(strided_impl()); }
+
+MemoryLayout Tensor::kernel_layout() const {
   const TensorImpl& t = checked();
+  return t.layout != MemoryLayout::strided && kernel_backend(device()).blocked_layout ? t.layout : MemoryLayout::strided;
+}
+
+View Tensor::kernel_view_any_layout() const {
+  if (kernel_layout() == MemoryLayout::strided) return kernel_view();
+  return view_of(checked());
+}
+
+void* Tensor::raw_data() const {
+  const TensorImpl& t = strided_impl();
   return static_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype);
 }
 
@@ -486,7 +528,14 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked();
-  return make_view(*this, t.shape, t.strides, t.offset);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->shape = t.shape;
+  impl->strides = t.strides;
+  impl->offset = t.offset;
+  impl->dtype = t.dtype;
+  impl->layout = t.layout;  // shares the storage as it is, blocked or not
+  return Tensor(std::move(impl));
 }
 
 void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {

@@ -35,12 +35,26 @@ struct AutogradMeta {
   std::shared_ptr<Tensor> grad_buffer;
 };
 
+// Note [blocked tensors]: a CPU activation may lie in oneDNN's blocked layout
+// (kernels/memory_layout.h) between the ops that take it (Note [blocked operands] in
+// kernels/backend.h: convolutions, batch norm, pooling, relu, add), which then make no
+// reorders. Its shape stays (N, C, H, W); strides are meaningless for it. Everything that
+// reads its strides or elements (strides(), kernel_view(), raw_data(), and through them every
+// view, copy, item, to_vector, checkpoint and other op) first converts it in place to a
+// contiguous strided tensor, in one function (Tensor::strided_impl): the handle's storage is
+// replaced by a converted copy, so the values seen through it never change and nothing reads
+// blocked memory as strided. Other handles of the old storage (detach() shares it, as autograd
+// does to save an activation) keep it blocked, so an in-place write through the converted
+// handle is not seen through them, unlike PyTorch's detach() (in-place ops on activations are
+// refused under grad mode anyway). Like any change of a tensor, the conversion is not safe
+// while another thread uses the handle.
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Shape strides;       // elements
+  Shape strides;       // elements (those of a contiguous tensor when blocked)
   int64_t offset = 0;  // elements
   DType dtype = DType::f32;
+  MemoryLayout layout = MemoryLayout::strided;
   std::unique_ptr<AutogradMeta> autograd;  // created on first use
 
   AutogradMeta& meta() {
@@ -60,7 +74,8 @@ class Tensor {
 
   // --- metadata
   const Shape& shape() const { return checked().shape; }
-  const Shape& strides() const { return checked().strides; }
+  const Shape& strides() const { return strided_impl().strides; }  // converts a blocked tensor
+  MemoryLayout layout() const { return checked().layout; }
   int64_t size(int64_t dim) const;  // negative dims count from the end
   int dim() const { return static_cast<int>(shape().size()); }
   int64_t numel() const;
@@ -74,8 +89,13 @@ class Tensor {
   uint64_t version() const { return storage()->version(); }
   std::string str() const;  // PyTorch-like printing
 
-  // What a kernel sees of this tensor.
+  // What a kernel sees of this tensor (strided: a blocked tensor is converted first).
   View kernel_view() const;
+  // The layout kernel_view_any_layout() hands kernels: a blocked tensor's own where the
+  // device's kernel table takes blocked operands (Backend::blocked_layout), else strided.
+  MemoryLayout kernel_layout() const;
+  // For the ops of Note [blocked operands] only: this tensor in kernel_layout().
+  View kernel_view_any_layout() const;
 
   // --- element access (CPU tensors). data<T>() checks that T matches dtype().
   void* raw_data() const;
@@ -134,6 +154,7 @@ class Tensor {
 
  private:
   TensorImpl& checked() const;
+  TensorImpl& strided_impl() const;  // Note [blocked tensors]
   void check_access(DType expected) const;
   std::shared_ptr<TensorImpl> impl_;
 };

@@ -7,6 +7,13 @@
 // - inputs of elementwise kernels are already broadcast to the output shape (stride 0);
 // - 4-D tensors are (N, C, H, W) in their sizes whatever their memory layout (strides);
 // - a null entry means "not implemented here": dispatch throws naming the op and device.
+//
+// Note [blocked operands]: a table with `blocked_layout` may be handed Views in that layout
+// (View::layout, kernels/memory_layout.h) by copy (either side: a reorder), the convolutions, batch
+// norm, max/avg pooling (forward and backward, the outputs in the layout the framework
+// allocated), and unary/binary where every operand has one shape and one layout (the
+// strides then index memory in order, which is all an elementwise kernel needs). Every
+// other entry only ever gets strided Views: the framework converts first (Tensor::kernel_view).
 #pragma once
 
 #include <cstddef>
@@ -95,6 +102,10 @@ struct Backend {
   const char* name = "?";
   // The framework then allocates 4-D activations (conv outputs) channels-last (NHWC).
   bool prefers_channels_last = false;
+  // The blocked layout (kernels/memory_layout.h) this table's convolutions compute `channels`-channel
+  // activations of `dtype` in, and so the one the framework keeps them in between the ops of
+  // Note [blocked operands]; strided where none. Null: none at all.
+  MemoryLayout (*blocked_layout)(DType dtype, int64_t channels) = nullptr;
 
   // Memory of this backend's device.
   void* (*allocate)(size_t nbytes) = nullptr;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ringflow/kernels/dtype.h"
+#include "ringflow/kernels/memory_layout.h"
 
 namespace ringflow {
 
@@ -45,6 +46,11 @@ struct View {
   DType dtype = DType::f32;
   Shape shape;
   Shape strides;  // elements, may be 0 (broadcast) but never negative
+  // Blocked (kernels/memory_layout.h): a dense 4-D tensor whose C is a multiple of the block, with
+  // the strides of a contiguous one; these index memory in order, so elementwise kernels whose
+  // operands all share the layout take it as it is, and nothing else reads its elements
+  // (Note [blocked operands] in backend.h).
+  MemoryLayout layout = MemoryLayout::strided;
   // Where a kernel may keep data derived from the underlying memory (e.g. weights reordered
   // for oneDNN), valid while `version` (the memory's write count) stays the same; null for
   // scratch memory, where nothing may be cached.
@@ -53,11 +59,11 @@ struct View {
 
   int dim() const { return static_cast<int>(shape.size()); }
   int64_t numel() const { return shape_numel(shape); }
-  bool is_contiguous() const { return contiguous_layout(shape, strides); }
+  bool is_contiguous() const { return layout == MemoryLayout::strided && contiguous_layout(shape, strides); }
   // The elements fill numel() consecutive slots from data, in some order of the dims.
   bool is_dense() const;
   // NCHW sizes laid out as NHWC in memory (densely).
-  bool is_channels_last() const { return channels_last_layout(shape, strides); }
+  bool is_channels_last() const { return layout == MemoryLayout::strided && channels_last_layout(shape, strides); }
   template <class T> T* ptr() const { return static_cast<T*>(data); }
 };
 

@@ -1,7 +1,9 @@
 // Memory formats (framework/memory_format.h): the names, where a convolution lays out its
 // output under each format, that the ops after it keep that layout through a
 // conv-bn-relu-pool-add chain and its backward, that parameters and their gradients stay in
-// PyTorch's layout, and that every format computes the numbers of the reference kernels.
+// PyTorch's layout, that every format computes the numbers of the reference kernels, and that
+// auto keeps a chain in oneDNN's blocked layout without reorders on the CPU.
+#include "ringflow/kernels/cpu/dnnl_context.h"
 #include "ringflow/tests/testing.h"
 
 using namespace ringflow;
@@ -86,7 +88,7 @@ TEST_CASE("a conv-bn-relu-pool-add chain keeps the format's layout, forward and 
     CAPTURE(memory_format_name(format));
     std::vector<bool> layouts;
     const Chain c = run_chain(format, DType::f32, &layouts);  // the cpu (oneDNN) kernels
-    // auto on the cpu: oneDNN's preference, channels-last
+    // auto on the cpu: oneDNN's preference, channels-last (6 channels take no blocked layout)
     const bool want = format != MemoryFormat::nchw;
     for (size_t i = 0; i < layouts.size(); ++i) {
       CAPTURE(i);
@@ -114,4 +116,82 @@ TEST_CASE("to(dtype, channels_last): one copy in the asked layout, the gradient 
   CHECK(w.grad().dtype() == DType::f32);
   CHECK(w.grad().is_contiguous());
   CHECK(all_close(w.grad(), seeded(w.shape(), 9, DType::bf16).to(DType::f32), 0, 0, "grad"));
+}
+
+namespace {
+
+struct BlockedChain {
+  Tensor w0, g0, b0, w1, g1, b1, h0, h1, out;
+  std::vector<MemoryLayout> layouts;  // of h0, h1 and out after forward
+  size_t activation_reorders = 0;      // oneDNN reorders of activations in forward + backward
+};
+
+// A ResNet stem and block on 16 channels: conv -> bn -> relu -> conv -> bn -> + h0 -> relu ->
+// max pool, then backward of a weighted sum; the activation reorders counted across both.
+BlockedChain run_blocked_chain(MemoryFormat format, DType dtype) {
+  const MemoryFormatGuard guard(format);
+  BlockedChain c;
+  const Tensor x = seeded({2, 3, 8, 8}, 11, dtype);  // an image: no gradient
+  c.w0 = seeded({16, 3, 3, 3}, 12, dtype).requires_grad_();
+  c.w1 = seeded({16, 16, 3, 3}, 13, dtype).requires_grad_();
+  c.g0 = seeded({16}, 14, dtype).requires_grad_();
+  c.b0 = seeded({16}, 15, dtype).requires_grad_();
+  c.g1 = seeded({16}, 16, dtype).requires_grad_();
+  c.b1 = seeded({16}, 17, dtype).requires_grad_();
+  Tensor rm = zeros({16}, dtype), rv = ones({16}, dtype);
+  const Conv2dParams same = conv2d_params({1, 1}, {1, 1});
+  const size_t before = cpu::dnnl_cache_stats().activation_reorders;
+  c.h0 = relu(batch_norm(conv2d(x, c.w0, Tensor(), same), rm, rv, c.g0, c.b0, /*training=*/true, 0.1, 1e-5));
+  Tensor h = batch_norm(conv2d(c.h0, c.w1, Tensor(), same), rm, rv, c.g1, c.b1, /*training=*/true, 0.1, 1e-5);
+  c.h1 = relu(add(h, c.h0));
+  c.out = max_pool2d(c.h1, pool2d_params({2, 2}));
+  c.layouts = {c.h0.layout(), c.h1.layout(), c.out.layout()};
+  sum(mul(c.out, seeded(c.out.shape(), 18, dtype))).backward();
+  c.activation_reorders = cpu::dnnl_cache_stats().activation_reorders - before;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("auto keeps a conv-bn-relu-add-pool chain in oneDNN's blocked layout: no activation reorders") {
+  const MemoryLayout blocked = cpu_backend().blocked_layout(DType::f32, 16);
+  if (blocked == MemoryLayout::strided) {
+    MESSAGE("skipped: this CPU's convolutions have no blocked f32 layout (no AVX2)");
+    return;
+  }
+  BlockedChain ref;
+  {
+    ReferenceKernelsGuard reference;  // f64 loops: the truth
+    ref = run_blocked_chain(MemoryFormat::nchw, DType::f64);
+  }
+  const BlockedChain plain = run_blocked_chain(MemoryFormat::nchw, DType::f32);
+  run_blocked_chain(MemoryFormat::automatic, DType::f32);  // builds the primitives once
+  const BlockedChain b = run_blocked_chain(MemoryFormat::automatic, DType::f32);
+  for (const MemoryLayout l : b.layouts) CHECK(l == blocked);
+  for (const MemoryLayout l : plain.layouts) CHECK(l == MemoryLayout::strided);
+  // Only at the chain's ends: the weighted sum reads the pooled output (forward) and hands its
+  // gradient back strided (backward). Without the blocked layout every convolution reorders
+  // its activations in and out, forward and backward.
+  CHECK(b.activation_reorders == 2);
+  CHECK(plain.activation_reorders >= 8);
+  // The same numbers as nchw's (the same convolution primitives; batch norm and pooling in
+  // another layout sum in another order) and as the reference's.
+  CHECK(all_close(b.out, plain.out, 1e-6, 1e-6, "out"));
+  CHECK(all_close(b.out, ref.out, 1e-5, 1e-5, "out vs reference"));
+  for (const auto& [name, get] : std::vector<std::pair<const char*, Tensor BlockedChain::*>>{
+           {"w0", &BlockedChain::w0}, {"w1", &BlockedChain::w1}, {"g0", &BlockedChain::g0},
+           {"b0", &BlockedChain::b0}, {"g1", &BlockedChain::g1}, {"b1", &BlockedChain::b1}}) {
+    CAPTURE(name);
+    const Tensor& grad = (b.*get).grad();
+    CHECK(grad.is_contiguous());  // parameters' gradients in PyTorch's layout
+    CHECK(all_close(grad, (plain.*get).grad(), 1e-5, 1e-5, name));
+    CHECK(all_close(grad, (ref.*get).grad(), 1e-4, 1e-4, name));
+  }
+  // Anything that reads elements sees the values, never the blocked memory as strided: a view
+  // (flatten, as before a classifier), a slice, and the tensor itself (which converts in place).
+  CHECK(b.h1.layout() == blocked);
+  CHECK(all_close(b.h1.flatten(1), plain.h1.flatten(1), 1e-6, 1e-6, "flatten"));
+  CHECK(b.h1.layout() == MemoryLayout::strided);
+  CHECK(all_close(b.h0.slice(1, 3, 5), plain.h0.slice(1, 3, 5), 1e-6, 1e-6, "slice"));
+  CHECK(b.h0.layout() == MemoryLayout::strided);  // the slice converted it
 }

@@ -1,8 +1,9 @@
 // Training steps of whole models against PyTorch (issue 3 section 7): VGG-11 (CIFAR, BN)
 // and ResNet-18 (CIFAR) from the same initial weights on the same batch of 4, in train mode,
 // on the cpu (oneDNN) kernels in f32, and on the CUDA backend's own kernels run on the host
-// (simt_host_backend), each with the activations NCHW and NHWC between layers
-// (framework/memory_format.h; on a GPU also auto), against PyTorch's f64 steps stored in
+// (simt_host_backend), each with the activations NCHW and NHWC between layers, and on the
+// cpu kernels and a GPU also auto (framework/memory_format.h: oneDNN's blocked layout on the
+// cpu), against PyTorch's f64 steps stored in
 // tests/fixtures/model_parity.safetensors (written by tests/fixtures/make_model_parity.py,
 // whose header describes the file). Within 1e-4:
 //   * the loss of step 1 (relative);
@@ -200,7 +201,7 @@ void check_model(const std::string& model_name, MemoryFormat format, const Backe
   MESSAGE(model_name << " (" << std::string(memory_format_name(format)) << "): " << steps << " steps in " << took.count() << " s");
 }
 
-// Every memory format, for a GPU (auto there: channels-last in 16 bits only).
+// Every memory format (auto: blocked on the cpu, channels-last in 16 bits only on a GPU).
 const std::vector<MemoryFormat> kFormats = {MemoryFormat::automatic, MemoryFormat::nchw, MemoryFormat::nhwc};
 
 }  // namespace
@@ -217,14 +218,14 @@ TEST_CASE("the fixture describes VGG-11 and ResNet-18 steps of PyTorch's in f64"
   }
 }
 
-// On the cpu kernels auto is nhwc (oneDNN's preference: memory_format_test), so nchw and
-// nhwc are every layout there.
+// On the cpu kernels auto keeps f32 activations in oneDNN's blocked layout where the CPU has
+// one (nChw16c with AVX-512, nChw8c with AVX2; NHWC elsewhere: memory_format_test).
 TEST_CASE("VGG-11 (CIFAR, BN): a step's loss and gradients and 3 SGD steps match PyTorch") {
-  for (const MemoryFormat format : {MemoryFormat::nchw, MemoryFormat::nhwc}) check_model("vgg11_cifar", format);
+  for (const MemoryFormat format : kFormats) check_model("vgg11_cifar", format);
 }
 
 TEST_CASE("ResNet-18 (CIFAR): a step's loss and gradients and 3 SGD steps match PyTorch") {
-  for (const MemoryFormat format : {MemoryFormat::nchw, MemoryFormat::nhwc}) check_model("resnet18_cifar", format);
+  for (const MemoryFormat format : kFormats) check_model("resnet18_cifar", format);
 }
 
 // The same steps on the CUDA backend's own kernels run on the host (kernels/simt/): every op

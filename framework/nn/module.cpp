@@ -9,8 +9,9 @@ namespace ringflow::nn {
 
 namespace {
 
-// Makes `t` hold `value`'s storage, shape, strides and dtype, keeping its TensorImpl (and so
-// every handle to it) and its autograd flag; drops its gradient (PyTorch's param.data = ...).
+// Makes `t` hold `value`'s storage, shape, strides, dtype and layout, keeping its TensorImpl
+// (and so every handle to it) and its autograd flag; drops its gradient (PyTorch's
+// param.data = ...).
 void set_data(const Tensor& t, const Tensor& value) {
   TensorImpl* dst = t.impl();
   TensorImpl* src = value.impl();
@@ -19,6 +20,7 @@ void set_data(const Tensor& t, const Tensor& value) {
   dst->strides = src->strides;
   dst->offset = src->offset;
   dst->dtype = src->dtype;
+  dst->layout = src->layout;
   if (dst->autograd) dst->autograd->grad.reset();
 }
 

@@ -1,6 +1,8 @@
 // conv2d: shape checks, forward on the device's kernel, backward via the data and weight
 // gradient kernels. The output's layout follows the process's memory format
-// (framework/memory_format.h); under autocast a CUDA convolution that runs channels-last
+// (framework/memory_format.h: blocked, channels-last or contiguous); activations and their
+// gradients in a blocked layout go to the kernels as they are (Note [blocked tensors]); under
+// autocast a CUDA convolution that runs channels-last
 // takes its weight's 16-bit cast laid out channels-last too.
 #include "ringflow/framework/autocast.h"
 #include "ringflow/framework/autograd.h"
@@ -61,20 +63,22 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
     RF_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0) && bias.dtype() == w.dtype(),
              "conv2d: bias must be (", w.size(0), ") of dtype ", dtype_name(w.dtype()), ", got ",
              dtype_name(bias.dtype()), " ", shape_str(bias.shape()));
-  Tensor y = output_channels_last(x) ? empty_channels_last(y_shape, x.dtype(), x.device())
-                                     : empty(y_shape, x.dtype(), x.device());
+  const MemoryLayout blocked = conv_output_blocked_layout(memory_format(), kernel_backend(x.device()), x.dtype(), y_shape[1]);
+  Tensor y = blocked != MemoryLayout::strided  ? empty_blocked(y_shape, blocked, x.dtype(), x.device())
+             : output_channels_last(x) ? empty_channels_last(y_shape, x.dtype(), x.device())
+                                       : empty(y_shape, x.dtype(), x.device());
   const View bv = bias.defined() ? bias.kernel_view() : View{};
   kernel(x.device(), &Backend::conv2d_forward, "conv2d_forward")(
-      y.kernel_view(), x.kernel_view(), w.kernel_view(), bias.defined() ? &bv : nullptr, p);
+      y.kernel_view_any_layout(), x.kernel_view_any_layout(), w.kernel_view(), bias.defined() ? &bv : nullptr, p);
   if (grad_needed({x, w, bias}))
     record("Conv2dBackward", {x, w, bias}, y,
            [x = x.detach(), w = w.detach(), p, rx = x.requires_grad(), rw = w.requires_grad(),
             rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
              Tensor dx, dw, db;
              if (rx) {
-               dx = empty_like(x);
+               dx = empty_like_layout(x, x.shape());
                kernel(g.device(), &Backend::conv2d_backward_data, "conv2d_backward_data")(
-                   dx.kernel_view(), g.kernel_view(), w.kernel_view(), p);
+                   dx.kernel_view_any_layout(), g.kernel_view_any_layout(), w.kernel_view(), p);
              }
              if (rw || rb) {
                // In w's layout (cuDNN writes it so directly); a parameter's (contiguous) into
@@ -83,7 +87,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2d
                if (rb) db = new_input_grad(2, {w.size(0)}, w.dtype(), w.device());
                const View dbv = rb ? db.kernel_view() : View{};
                kernel(g.device(), &Backend::conv2d_backward_weights, "conv2d_backward_weights")(
-                   dw.kernel_view(), rb ? &dbv : nullptr, g.kernel_view(), x.kernel_view(), p);
+                   dw.kernel_view(), rb ? &dbv : nullptr, g.kernel_view_any_layout(), x.kernel_view_any_layout(), p);
                if (!rw) dw = Tensor();
              }
              return std::vector<Tensor>{dx, dw, db};

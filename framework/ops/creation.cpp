@@ -48,6 +48,23 @@ Tensor empty_like(const Tensor& t) {
   return empty(t.shape(), t.dtype(), t.device());
 }
 
+Tensor empty_blocked(const Shape& shape, MemoryLayout layout, DType dtype, Device device) {
+  if (layout == MemoryLayout::strided) return empty(shape, dtype, device);
+  RF_CHECK(shape.size() == 4 && shape[1] % channel_block(layout) == 0, "the blocked layout ",
+           memory_layout_name(layout), " needs a 4-D (N, C, H, W) shape whose C is a multiple of ",
+           channel_block(layout), ", got ", shape_str(shape));
+  Tensor t = empty(shape, dtype, device);
+  t.impl()->layout = layout;
+  return t;
+}
+
+Tensor empty_like_layout(const Tensor& like, const Shape& shape) {
+  if (like.kernel_layout() != MemoryLayout::strided) return empty_blocked(shape, like.layout(), like.dtype(), like.device());
+  if (shape.size() == 4 && like.is_channels_last() && !like.is_contiguous())
+    return empty_channels_last(shape, like.dtype(), like.device());
+  return empty(shape, like.dtype(), like.device());
+}
+
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);

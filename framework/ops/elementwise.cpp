@@ -63,8 +63,12 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
            b.device().str());
 }
 
-// The output takes the layout of the first operand that already has the output's shape.
-Tensor output_for(const Shape& shape, const Tensor& a, const Tensor& b) {
+// The output takes the layout of the first operand that already has the output's shape;
+// for the kernels of Note [blocked operands] (`blocked_ok`), a blocked one where both
+// operands share it (otherwise their kernel views convert them).
+Tensor output_for(const Shape& shape, const Tensor& a, const Tensor& b, bool blocked_ok = true) {
+  if (blocked_ok && a.shape() == shape && b.shape() == shape && a.kernel_layout() == b.kernel_layout())
+    return empty_like_layout(a, shape);
   if (a.shape() == shape) return empty_like(a);
   if (b.shape() == shape) return empty_like(b);
   return empty(shape, a.dtype(), a.device());
@@ -76,20 +80,27 @@ View broadcast_view(const Tensor& t, const Shape& shape) {
   return t.shape() == shape ? t.kernel_view() : t.detach().expand(shape).kernel_view();
 }
 
+// What the kernel sees of t broadcast to out's shape, in out's layout (an operand of that
+// shape as it is: the common case, without the views that expand makes).
+View operand_view(const Tensor& t, const Tensor& out) {
+  return out.layout() == MemoryLayout::strided ? broadcast_view(t, out.shape()) : t.kernel_view_any_layout();
+}
+
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same(a, b, binary_op_name(op));
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
   Tensor out = output_for(shape, a, b);
   if (out.numel() > 0)
     kernel(a.device(), &Backend::binary, binary_op_name(op))(
-        op, out.kernel_view(), broadcast_view(a, shape), broadcast_view(b, shape));
+        op, out.kernel_view_any_layout(), operand_view(a, out), operand_view(b, out));
   return out;
 }
 
 Tensor unary_forward(UnaryOp op, const Tensor& a) {
-  Tensor out = empty_like(a);
+  Tensor out = empty_like_layout(a, a.shape());
   if (out.numel() > 0)
-    kernel(a.device(), &Backend::unary, unary_op_name(op))(op, out.kernel_view(), a.kernel_view());
+    kernel(a.device(), &Backend::unary, unary_op_name(op))(op, out.kernel_view_any_layout(),
+                                                           operand_view(a, out));
   return out;
 }
 
@@ -258,9 +269,9 @@ Tensor relu(const Tensor& a) {
     record("ReluBackward", {a}, out, [y = out.detach()](const Tensor& g) {
       // relu'(x) = [x > 0] = [relu(x) > 0]: saving the output lets the input be freed. A
       // NaN passes the gradient on, as PyTorch's threshold_backward (relu_backward's rule).
-      Tensor dx = empty_like(g);
+      Tensor dx = output_for(g.shape(), g, y);
       kernel(g.device(), &Backend::binary, "relu_backward")(
-          BinaryOp::relu_backward, dx.kernel_view(), g.kernel_view(), y.expand(g.shape()).kernel_view());
+          BinaryOp::relu_backward, dx.kernel_view_any_layout(), operand_view(g, dx), operand_view(y, dx));
       return std::vector<Tensor>{dx};
     });
   return out;
@@ -278,7 +289,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   RF_CHECK(cond.device() == a.device(), "where: condition on ", cond.device().str(),
            " and values on ", a.device().str());
   const Shape shape = where_shape(cond.shape(), a.shape(), b.shape());
-  Tensor out = output_for(shape, a, b);
+  Tensor out = output_for(shape, a, b, /*blocked_ok=*/false);
   if (out.numel() > 0)
     kernel(a.device(), &Backend::where, "where")(
         out.kernel_view(), broadcast_view(cond, shape), broadcast_view(a, shape),

@@ -157,13 +157,13 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
   const View bv = bias.defined() ? bias.kernel_view() : View{};
   const View* wp = weight.defined() ? &wv : nullptr;
   const View* bp = bias.defined() ? &bv : nullptr;
-  Tensor y = empty_like(x);
+  Tensor y = empty_like_layout(x, x.shape());  // blocked where x is (Note [blocked tensors])
 
   if (!training) {
     RF_CHECK(running_mean.defined() && running_var.defined(),
              "batch_norm: eval mode needs running_mean and running_var");
     kernel(x.device(), &Backend::batch_norm_forward_eval, "batch_norm_forward_eval")(
-        y.kernel_view(), x.kernel_view(), running_mean.kernel_view(), running_var.kernel_view(),
+        y.kernel_view_any_layout(), x.kernel_view_any_layout(), running_mean.kernel_view(), running_var.kernel_view(),
         wp, bp, eps);
     if (grad_needed({x, weight, bias}))
       record("BatchNormEvalBackward", {x, weight, bias}, y,
@@ -185,7 +185,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
            "got input ", shape_str(x.shape()));
   Tensor mean = empty({C}, sd, x.device()), var = empty({C}, sd, x.device());
   kernel(x.device(), &Backend::batch_norm_forward_train, "batch_norm_forward_train")(
-      y.kernel_view(), mean.kernel_view(), var.kernel_view(), x.kernel_view(), wp, bp, eps);
+      y.kernel_view_any_layout(), mean.kernel_view(), var.kernel_view(), x.kernel_view_any_layout(), wp, bp, eps);
   update_running_stats(x, running_mean, running_var, num_batches_tracked, mean, var, momentum,
                        per_channel_count);
   if (grad_needed({x, weight, bias}))
@@ -193,7 +193,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
            [x = x.detach(), mean, var, w = weight.defined() ? weight.detach() : Tensor(), eps,
             rw = weight.defined() && weight.requires_grad(),
             rb = bias.defined() && bias.requires_grad()](const Tensor& g) {
-             Tensor dx = empty_like(x);
+             Tensor dx = empty_like_layout(x, x.shape());
              // Into the parameters' gradient buffers where offered (Note [Gradient buffers]).
              Tensor dw = rw ? new_input_grad(1, w.shape(), w.dtype(), w.device()) : Tensor();
              Tensor db = rb ? new_input_grad(2, w.shape(), w.dtype(), w.device()) : Tensor();
@@ -201,8 +201,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& running_mean, const Tensor& 
              const View dwv = rw ? dw.kernel_view() : View{};
              const View dbv = rb ? db.kernel_view() : View{};
              kernel(g.device(), &Backend::batch_norm_backward, "batch_norm_backward")(
-                 dx.kernel_view(), rw ? &dwv : nullptr, rb ? &dbv : nullptr, g.kernel_view(),
-                 x.kernel_view(), mean.kernel_view(), var.kernel_view(),
+                 dx.kernel_view_any_layout(), rw ? &dwv : nullptr, rb ? &dbv : nullptr, g.kernel_view_any_layout(),
+                 x.kernel_view_any_layout(), mean.kernel_view(), var.kernel_view(),
                  w.defined() ? &wv : nullptr, eps);
              return std::vector<Tensor>{dx, dw, db};
            });

@@ -1,5 +1,6 @@
 // Pooling: max and average (PyTorch's output sizes, ceil_mode and padding rules) and
-// adaptive average pooling. Outputs keep the input's layout.
+// adaptive average pooling. Outputs keep the input's layout, blocked ones too (Note [blocked
+// tensors]).
 #include "ringflow/framework/autograd.h"
 #include "ringflow/framework/dispatch.h"
 #include "ringflow/framework/ops.h"
@@ -33,15 +34,18 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mod
   return out;
 }
 
-bool keeps_channels_last(const Tensor& x) { return x.is_channels_last() && !x.is_contiguous(); }
-
-Tensor empty_in_layout(const Shape& shape, DType dtype, Device device, bool channels_last) {
-  return channels_last ? empty_channels_last(shape, dtype, device) : empty(shape, dtype, device);
-}
-
-Tensor like_layout(const Shape& shape, const Tensor& x) {
-  return empty_in_layout(shape, x.dtype(), x.device(), keeps_channels_last(x));
-}
+// x's layout for the kernels (Note [blocked tensors]), kept for a backward that does not
+// keep x itself.
+struct LayoutOf {
+  MemoryLayout blocked;
+  bool channels_last;
+  explicit LayoutOf(const Tensor& x)
+      : blocked(x.kernel_layout()), channels_last(x.is_channels_last() && !x.is_contiguous()) {}
+  Tensor empty(const Shape& shape, DType dtype, Device device) const {
+    if (blocked != MemoryLayout::strided) return empty_blocked(shape, blocked, dtype, device);
+    return channels_last ? empty_channels_last(shape, dtype, device) : ringflow::empty(shape, dtype, device);
+  }
+};
 
 void check_4d(const Tensor& x, const char* op) {
   RF_CHECK(x.dim() == 4, op, ": input must be 4-D (N, C, H, W), got ", shape_str(x.shape()));
@@ -65,14 +69,14 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   check_4d(x, "max_pool2d");
-  Tensor y = like_layout(pool2d_output_shape(x.shape(), p), x);
+  Tensor y = empty_like_layout(x, pool2d_output_shape(x.shape(), p));
   Workspace ws = kernel(x.device(), &Backend::max_pool2d_forward, "max_pool2d_forward")(
-      y.kernel_view(), x.kernel_view(), p);
+      y.kernel_view_any_layout(), x.kernel_view_any_layout(), p);
   if (grad_needed({x}))
     record("MaxPool2dBackward", {x}, y, [x = x.detach(), ws, p](const Tensor& g) {
-      Tensor dx = empty_like(x);
+      Tensor dx = empty_like_layout(x, x.shape());
       kernel(g.device(), &Backend::max_pool2d_backward, "max_pool2d_backward")(
-          dx.kernel_view(), g.kernel_view(), x.kernel_view(), ws, p);
+          dx.kernel_view_any_layout(), g.kernel_view_any_layout(), x.kernel_view_any_layout(), ws, p);
       return std::vector<Tensor>{dx};
     });
   return y;
@@ -80,15 +84,15 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   check_4d(x, "avg_pool2d");
-  Tensor y = like_layout(pool2d_output_shape(x.shape(), p), x);
-  kernel(x.device(), &Backend::avg_pool2d_forward, "avg_pool2d_forward")(y.kernel_view(),
-                                                                         x.kernel_view(), p);
+  Tensor y = empty_like_layout(x, pool2d_output_shape(x.shape(), p));
+  kernel(x.device(), &Backend::avg_pool2d_forward, "avg_pool2d_forward")(
+      y.kernel_view_any_layout(), x.kernel_view_any_layout(), p);
   if (grad_needed({x}))
     record("AvgPool2dBackward", {x}, y,
-           [xs = x.shape(), cl = keeps_channels_last(x), dtype = x.dtype(), p](const Tensor& g) {
-      Tensor dx = empty_in_layout(xs, dtype, g.device(), cl);
+           [xs = x.shape(), layout = LayoutOf(x), dtype = x.dtype(), p](const Tensor& g) {
+      Tensor dx = layout.empty(xs, dtype, g.device());
       kernel(g.device(), &Backend::avg_pool2d_backward, "avg_pool2d_backward")(
-          dx.kernel_view(), g.kernel_view(), p);
+          dx.kernel_view_any_layout(), g.kernel_view_any_layout(), p);
       return std::vector<Tensor>{dx};
     });
   return y;
@@ -99,15 +103,15 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
   RF_CHECK(output_size[0] > 0 && output_size[1] > 0 && x.size(2) > 0 && x.size(3) > 0,
            "adaptive_avg_pool2d: output size (", output_size[0], ", ", output_size[1],
            ") and input ", shape_str(x.shape()), " must be non-empty");
-  Tensor y = like_layout({x.size(0), x.size(1), output_size[0], output_size[1]}, x);
+  Tensor y = empty_like_layout(x, {x.size(0), x.size(1), output_size[0], output_size[1]});
   kernel(x.device(), &Backend::adaptive_avg_pool2d_forward, "adaptive_avg_pool2d_forward")(
-      y.kernel_view(), x.kernel_view());
+      y.kernel_view_any_layout(), x.kernel_view_any_layout());
   if (grad_needed({x}))
     record("AdaptiveAvgPool2dBackward", {x}, y,
-           [xs = x.shape(), cl = keeps_channels_last(x), dtype = x.dtype()](const Tensor& g) {
-      Tensor dx = empty_in_layout(xs, dtype, g.device(), cl);
+           [xs = x.shape(), layout = LayoutOf(x), dtype = x.dtype()](const Tensor& g) {
+      Tensor dx = layout.empty(xs, dtype, g.device());
       kernel(g.device(), &Backend::adaptive_avg_pool2d_backward, "adaptive_avg_pool2d_backward")(
-          dx.kernel_view(), g.kernel_view());
+          dx.kernel_view_any_layout(), g.kernel_view_any_layout());
       return std::vector<Tensor>{dx};
     });
   return y;

@@ -14,6 +14,7 @@ const Backend& cpu_backend() {
     Backend b = reference_backend();
     b.name = "cpu";
     b.prefers_channels_last = true;
+    b.blocked_layout = cpu::conv_blocked_layout;
     b.allocate = cpu_allocate;
     b.deallocate = cpu_deallocate;
     b.copy = cpu::copy;

@@ -1,10 +1,11 @@
 // Batch normalization over oneDNN: per channel C of a 4-D x (N, C, H, W) in its own layout
-// (nhwc or nchw), or of a 2-D x (N, C). oneDNN's variance is biased, as the contract's;
+// (nhwc, nchw or blocked), or of a 2-D x (N, C). oneDNN's variance is biased, as the contract's;
 // gamma/beta map to use_scale/use_shift; eval uses use_global_stats.
 #include <bit>
 #include <string>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/staged_view.h"
 #include "ringflow/kernels/cpu/widen.h"
 
 namespace ringflow::cpu {
@@ -87,6 +88,28 @@ bool forward(const View& y, const View& x, const View& mean, const View& var, co
   return true;
 }
 
+// The reference kernels read strides: blocked operands (Note [blocked operands]) go to them as
+// contiguous copies.
+void reference_forward(const View& y, const View& mean, const View& var, const View& x,
+                       const View* gamma, const View* beta, double eps, bool training) {
+  const Strided sy(y, false), sx(x, true);
+  if (training) {
+    reference_backend().batch_norm_forward_train(sy.view(), mean, var, sx.view(), gamma, beta, eps);
+  } else {
+    reference_backend().batch_norm_forward_eval(sy.view(), sx.view(), mean, var, gamma, beta, eps);
+  }
+  sy.finish();
+}
+
+void reference_backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy,
+                        const View& x, const View& mean, const View& var, const View* gamma,
+                        double eps) {
+  const Strided sdx(dx, false), sdy(dy, true), sx(x, true);
+  reference_backend().batch_norm_backward(sdx.view(), dgamma, dbeta, sdy.view(), sx.view(), mean,
+                                          var, gamma, eps);
+  sdx.finish();
+}
+
 }  // namespace
 
 void batch_norm_forward_train(const View& y, const View& mean, const View& var, const View& x,
@@ -97,7 +120,7 @@ void batch_norm_forward_train(const View& y, const View& mean, const View& var, 
     return wy.finish();
   }
   if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/true)) {
-    reference_backend().batch_norm_forward_train(y, mean, var, x, gamma, beta, eps);
+    reference_forward(y, mean, var, x, gamma, beta, eps, /*training=*/true);
   }
 }
 
@@ -109,7 +132,7 @@ void batch_norm_forward_eval(const View& y, const View& x, const View& mean, con
     return wy.finish();
   }
   if (!forward(y, x, mean, var, gamma, beta, eps, /*training=*/false)) {
-    reference_backend().batch_norm_forward_eval(y, x, mean, var, gamma, beta, eps);
+    reference_forward(y, mean, var, x, gamma, beta, eps, /*training=*/false);
   }
 }
 
@@ -123,7 +146,7 @@ void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, 
   }
   // Without gamma the scale is 1 and there is no dgamma to give.
   if (!bn_ok(x, {&dx, &dy}, {&mean, &var, gamma, dgamma, dbeta}) || (dgamma && !gamma)) {
-    return reference_backend().batch_norm_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+    return reference_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
   }
   flags f = flags::none;
   if (gamma) f = f | flags::use_scale;
@@ -140,7 +163,7 @@ void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, 
     return CachedPrimitive{dnnl::batch_normalization_backward(*pd), pd};
   });
   if (!prim) {
-    return reference_backend().batch_norm_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+    return reference_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
   }
   const BwdPd& pd = prim->get<BwdPd>();
   const char* op = "batch_norm_backward";

@@ -1,8 +1,10 @@
 // 2-D convolution forward / backward-data / backward-weights over oneDNN.
 //
 // Every operand is described with format_tag::any, so oneDNN computes in its blocked
-// layout (nChw8c on AVX2), which runs faster than its direct NHWC kernels; activations
-// are reordered into it and back per call (Operand), which costs far less (docs/kernels.md).
+// layout (nChw8c on AVX2, nChw16c on AVX-512), which runs faster than its direct NHWC
+// kernels; activations that the framework keeps in it (conv_blocked_layout, Note [blocked
+// operands] in backend.h) are used as they are, others reordered into it and back per call
+// (Operand).
 // Weights are reordered into the primitive's choice once per version (Note [weight cache]
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
 // sgemm instead (conv_gemm.cpp), and bf16 3x3 stride-1 layers on CPUs with AVX512-BF16 and
@@ -13,8 +15,9 @@
 #include <atomic>
 #include <stdexcept>
 
-#include "ringflow/kernels/cpu/widen.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/staged_view.h"
+#include "ringflow/kernels/cpu/widen.h"
 
 namespace ringflow {
 namespace {
@@ -81,12 +84,44 @@ FwdPd make_fwd_pd(const View& x, const View& w, const View* bias, const View& y,
   return FwdPd(d, dnnl_engine());
 }
 
+// The reference kernels read strides: blocked operands (Note [blocked operands]) go to them as
+// contiguous copies.
+void reference_forward(const View& y, const View& x, const View& w, const View* bias,
+                       const Conv2dParams& p) {
+  const Strided sy(y, false), sx(x, true);
+  reference_backend().conv2d_forward(sy.view(), sx.view(), w, bias, p);
+  sy.finish();
+}
+
+void reference_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p) {
+  const Strided sdx(dx, false), sdy(dy, true);
+  reference_backend().conv2d_backward_data(sdx.view(), sdy.view(), w, p);
+  sdx.finish();
+}
+
+void reference_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                                const Conv2dParams& p) {
+  const Strided sdy(dy, true), sx(x, true);
+  reference_backend().conv2d_backward_weights(dw, db, sdy.view(), sx.view(), p);
+}
+
 bool conv_ok(const View& a, const View& b, const View& c) {
   return dnnl_friendly({&a, &b, &c}) && a.dim() == 4 && b.dim() == 4 && c.dim() == 4 &&
          a.dtype == b.dtype && a.dtype == c.dtype;
 }
 
 }  // namespace
+
+// f32 only: bf16's 3x3 layers run our Winograd kernels in NHWC where the CPU has AVX512-BF16
+// and no AMX (winograd.cpp), and activations blocked around them would be reordered there.
+// The block is the one oneDNN's direct and Winograd f32 kernels take on the ISA.
+MemoryLayout conv_blocked_layout(DType dtype, int64_t channels) {
+  if (dtype != DType::f32) return MemoryLayout::strided;
+  const MemoryLayout l = __builtin_cpu_supports("avx512f") ? MemoryLayout::nChw16c
+                   : __builtin_cpu_supports("avx2")  ? MemoryLayout::nChw8c
+                                                     : MemoryLayout::strided;
+  return l != MemoryLayout::strided && channels % channel_block(l) == 0 ? l : MemoryLayout::strided;
+}
 
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
@@ -99,7 +134,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   }
   if (winograd_forward(y, x, w, bias, p)) return;
   if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
-    return reference_backend().conv2d_forward(y, x, w, bias, p);
+    return reference_forward(y, x, w, bias, p);
   }
   const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_forward");
@@ -111,7 +146,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
         make_fwd_pd(x, w, bias, y, p, algo, prop_kind::forward_training));
     return CachedPrimitive{dnnl::convolution_forward(*pd), pd};
   });
-  if (!prim) return reference_backend().conv2d_forward(y, x, w, bias, p);
+  if (!prim) return reference_forward(y, x, w, bias, p);
   const FwdPd& pd = prim->get<FwdPd>();
 
   Operand src(x, pd.src_desc(), /*is_input=*/true, "conv2d_forward");
@@ -137,7 +172,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
     return wdx.finish();
   }
   if (winograd_backward_data(dx, dy, w, p)) return;
-  if (!conv_ok(dx, dy, w)) return reference_backend().conv2d_backward_data(dx, dy, w, p);
+  if (!conv_ok(dx, dy, w)) return reference_backward_data(dx, dy, w, p);
   const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_backward_data");
   k.add(dx).add(w).add(dy);
@@ -152,7 +187,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
     auto pd = std::make_shared<BwdDataPd>(d, dnnl_engine(), hint);
     return CachedPrimitive{dnnl::convolution_backward_data(*pd), pd};
   });
-  if (!prim) return reference_backend().conv2d_backward_data(dx, dy, w, p);
+  if (!prim) return reference_backward_data(dx, dy, w, p);
   const BwdDataPd& pd = prim->get<BwdDataPd>();
 
   Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "conv2d_backward_data");
@@ -181,7 +216,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
   if (conv_gemm_backward_weights(dw, db, dy, x, p)) return;
   if (!conv_ok(dy, x, dy) || dw.dim() != 4 || !dnnl_friendly({&dw}) ||
       (db && !dnnl_friendly({db}))) {
-    return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
+    return reference_backward_weights(dw, db, dy, x, p);
   }
   const ConvAlgorithm algo = conv_algorithm();
   KeyBuilder k("conv2d_backward_weights");
@@ -197,12 +232,13 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     auto pd = std::make_shared<BwdWeightsPd>(d, dnnl_engine(), hint);
     return CachedPrimitive{dnnl::convolution_backward_weights(*pd), pd};
   });
-  if (!prim) return reference_backend().conv2d_backward_weights(dw, db, dy, x, p);
+  if (!prim) return reference_backward_weights(dw, db, dy, x, p);
   const BwdWeightsPd& pd = prim->get<BwdWeightsPd>();
 
   Operand src(x, pd.src_desc(), /*is_input=*/true, "conv2d_backward_weights");
   Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "conv2d_backward_weights");
-  Operand diff_weights(dw, pd.diff_weights_desc(), /*is_input=*/false, "conv2d_backward_weights");
+  Operand diff_weights(dw, pd.diff_weights_desc(), /*is_input=*/false, "conv2d_backward_weights",
+                       Moved::weights);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.mem()},
                                              {DNNL_ARG_DIFF_DST, diff_dst.mem()},
                                              {DNNL_ARG_DIFF_WEIGHTS, diff_weights.mem()}};

@@ -21,6 +21,8 @@ void reduce(ReduceOp op, const View& out, const View& in);
 
 // oneDNN (matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp).
 void matmul(const View& out, const View& a, const View& b);
+// The table's blocked_layout: what the convolutions compute f32 activations in.
+MemoryLayout conv_blocked_layout(DType dtype, int64_t channels);
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p);
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);

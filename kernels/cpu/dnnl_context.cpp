@@ -48,6 +48,7 @@ void throw_dnnl_error(const char* file, int line, const char* call, const std::s
 KeyBuilder& KeyBuilder::add(const View& v) {
   add(static_cast<int64_t>(v.dtype));
   add(static_cast<int64_t>(v.dim()));
+  add(static_cast<int64_t>(v.layout));
   for (int64_t s : v.shape) add(s);
   for (int64_t s : v.strides) add(s);
   return *this;
@@ -97,6 +98,8 @@ dnnl::memory::dims dims_of(const View& v) { return dnnl::memory::dims(v.shape.be
 
 dnnl::memory::format_tag layout_of(const View& v) {
   if (v.dim() != 4) return tag::undef;
+  if (v.layout == MemoryLayout::nChw16c) return tag::nChw16c;
+  if (v.layout == MemoryLayout::nChw8c) return tag::nChw8c;
   if (v.is_channels_last()) return tag::nhwc;
   if (v.is_contiguous()) return tag::nchw;
   return tag::undef;
@@ -123,7 +126,7 @@ ScratchBuffer::~ScratchBuffer() {
   if (ptr_) cpu_deallocate(ptr_, nbytes_);
 }
 
-void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op) {
+void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op, Moved moved) {
   const dnnl::memory::desc smd = src.get_desc(), dmd = dst.get_desc();
   const std::string key = KeyBuilder("reorder").add_md(smd).add_md(dmd).str();
   const CachedPrimitive* p = nullptr;
@@ -133,10 +136,14 @@ void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op) {
                 std::string(op) + " (reorder)");
   RF_CHECK_DNNL(p->prim.execute(dnnl_stream(), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}}),
                 std::string(op) + " (reorder)");
+  Caches& c = caches();
+  std::lock_guard stats_lock(c.mutex);
+  ++(moved == Moved::weights ? c.stats.weight_reorders : c.stats.activation_reorders);
 }
 
-Operand::Operand(const View& v, const dnnl::memory::desc& want, bool is_input, const char* op)
-    : view_(v), op_(op) {
+Operand::Operand(const View& v, const dnnl::memory::desc& want, bool is_input, const char* op,
+                 Moved moved)
+    : view_(v), op_(op), moved_(moved) {
   const dnnl::memory::desc have = md_of(v);
   if (have == want) {
     mem_ = dnnl::memory(want, dnnl_engine(), v.data);
@@ -146,11 +153,11 @@ Operand::Operand(const View& v, const dnnl::memory::desc& want, bool is_input, c
   scratch_ = ScratchBuffer(want.get_size());
   mem_ = dnnl::memory(want, dnnl_engine(), scratch_.data());
   user_ = dnnl::memory(have, dnnl_engine(), v.data);
-  if (is_input) reorder(user_, mem_, op);
+  if (is_input) reorder(user_, mem_, op, moved_);
 }
 
 void Operand::finish() {
-  if (copied_) reorder(mem_, user_, op_);
+  if (copied_) reorder(mem_, user_, op_, moved_);
 }
 
 WeightOperand::WeightOperand(const View& w, const dnnl::memory::desc& want, const char* op) {
@@ -165,10 +172,8 @@ WeightOperand::WeightOperand(const View& w, const dnnl::memory::desc& want, cons
                               .add_md(want)
                               .str();
   buffer_.emplace(w, key, want.get_size(), [&](void* data) {
-    reorder(dnnl::memory(have, dnnl_engine(), w.data), dnnl::memory(want, dnnl_engine(), data), op);
-    Caches& c = caches();
-    std::lock_guard stats_lock(c.mutex);
-    ++c.stats.weight_reorders;
+    reorder(dnnl::memory(have, dnnl_engine(), w.data), dnnl::memory(want, dnnl_engine(), data), op,
+            Moved::weights);
   });
   mem_ = dnnl::memory(want, dnnl_engine(), buffer_->data());
 }

@@ -58,7 +58,9 @@ struct DnnlCacheStats {
   size_t primitives = 0;        // primitives held
   size_t primitive_misses = 0;  // primitives built since start
   size_t weight_entries = 0;    // reordered weight buffers held (by live Storages)
-  size_t weight_reorders = 0;   // weight reorders done since start (cached or not)
+  size_t weight_reorders = 0;   // weight (and weight-gradient) reorders run since start
+  size_t activation_reorders = 0;  // reorders of everything else run since start: activations,
+                                   // their gradients, layout conversions (copy)
 };
 DnnlCacheStats dnnl_cache_stats();
 
@@ -105,8 +107,8 @@ dnnl::memory::desc md_of(const View& v);
 dnnl::memory::desc md_of(const View& v, dnnl::memory::format_tag tag);
 dnnl::memory::dims dims_of(const View& v);
 
-// Layout tag for a 4-D activation: nhwc when channels-last, nchw when contiguous,
-// undef otherwise.
+// MemoryLayout tag for a 4-D activation: its blocked layout's tag (nChw8c, nChw16c) when blocked,
+// nhwc when channels-last, nchw when contiguous, undef otherwise.
 dnnl::memory::format_tag layout_of(const View& v);
 
 // Host memory for scratch copies, from the caching allocator; freed on destruction.
@@ -131,12 +133,16 @@ class ScratchBuffer {
   size_t nbytes_ = 0;
 };
 
+// What a reorder moves, for the counts in DnnlCacheStats.
+enum class Moved { activation, weights };
+
 // An activation operand in a required layout: the View's own memory when it already has
 // that layout, else a scratch copy (reordered in for inputs; written back by finish()
-// for outputs).
+// for outputs). A weight gradient is one too, counted as weights.
 class Operand {
  public:
-  Operand(const View& v, const dnnl::memory::desc& want, bool is_input, const char* op);
+  Operand(const View& v, const dnnl::memory::desc& want, bool is_input, const char* op,
+          Moved moved = Moved::activation);
   Operand(const Operand&) = delete;
   Operand& operator=(const Operand&) = delete;
   const dnnl::memory& mem() const { return mem_; }
@@ -148,11 +154,12 @@ class Operand {
   dnnl::memory user_;
   ScratchBuffer scratch_;
   const char* op_;
+  Moved moved_;
   bool copied_ = false;
 };
 
-// dst_md <- src (a reorder primitive from the cache).
-void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op);
+// dst_md <- src (a reorder primitive from the cache), counted as `moved`.
+void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op, Moved moved);
 
 // Weights in the layout `want`, reordered at most once per version (Note [weight cache]).
 class WeightOperand {

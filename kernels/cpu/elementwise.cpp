@@ -157,6 +157,14 @@ bool dnnl_friendly(std::initializer_list<const View*> views) {
 }
 
 void copy(const View& dst, const View& src) {
+  if (dst.layout != src.layout) {  // to or from a blocked layout (Note [blocked operands])
+    if (dst.shape != src.shape || !dnnl_friendly({&dst, &src}))
+      throw std::invalid_argument("copy between layouts " + describe(memory_layout_name(src.layout), {&src}) +
+                                  " -> " + describe(memory_layout_name(dst.layout), {&dst}) +
+                                  ": oneDNN reorders only same-shaped f32/bf16 tensors without broadcast");
+    dnnl::memory s(md_of(src), dnnl_engine(), src.data), d(md_of(dst), dnnl_engine(), dst.data);
+    return reorder(s, d, "copy", Moved::activation);
+  }
   LoopPlan plan;
   if (dst.numel() > 0 && make_loop_plan(plan, dst, {&src})) {
     if (dst.dtype == src.dtype) {
@@ -180,7 +188,7 @@ void copy(const View& dst, const View& src) {
   if (dst.numel() > 0 && dst.shape == src.shape && dst.dim() >= 1 && dst.dim() <= 6 &&
       dnnl_friendly({&dst, &src}) && is_dense(dst)) {
     dnnl::memory s(md_of(src), dnnl_engine(), src.data), d(md_of(dst), dnnl_engine(), dst.data);
-    return reorder(s, d, "copy");
+    return reorder(s, d, "copy", Moved::activation);
   }
   reference_backend().copy(dst, src);
 }

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/staged_view.h"
 #include "ringflow/kernels/cpu/widen.h"
 
 namespace ringflow::cpu {
@@ -105,6 +106,42 @@ const CachedPrimitive* backward_primitive(algorithm alg, const View& dx, const V
   });
 }
 
+// The reference kernels read strides: blocked operands (Note [blocked operands]) go to them as
+// contiguous copies. x / dx: input-shaped, y / dy: output-shaped.
+Workspace reference_max_forward(const View& y, const View& x, const Pool2dParams& p) {
+  const Strided sy(y, false), sx(x, true);
+  Workspace ws = reference_backend().max_pool2d_forward(sy.view(), sx.view(), p);
+  sy.finish();
+  return ws;
+}
+
+void reference_max_backward(const View& dx, const View& dy, const View& x, const Workspace& ws,
+                            const Pool2dParams& p) {
+  const Strided sdx(dx, false), sdy(dy, true), sx(x, true);
+  reference_backend().max_pool2d_backward(sdx.view(), sdy.view(), sx.view(), ws, p);
+  sdx.finish();
+}
+
+void reference_avg_forward(const View& y, const View& x, const std::optional<Pool2dParams>& p) {
+  const Strided sy(y, false), sx(x, true);
+  if (p) {
+    reference_backend().avg_pool2d_forward(sy.view(), sx.view(), *p);
+  } else {
+    reference_backend().adaptive_avg_pool2d_forward(sy.view(), sx.view());
+  }
+  sy.finish();
+}
+
+void reference_avg_backward(const View& dx, const View& dy, const std::optional<Pool2dParams>& p) {
+  const Strided sdx(dx, false), sdy(dy, true);
+  if (p) {
+    reference_backend().avg_pool2d_backward(sdx.view(), sdy.view(), *p);
+  } else {
+    reference_backend().adaptive_avg_pool2d_backward(sdx.view(), sdy.view());
+  }
+  sdx.finish();
+}
+
 }  // namespace
 
 Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p) {
@@ -120,7 +157,7 @@ Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p
                                      ? forward_primitive(algorithm::pooling_max, y, x, t, p)
                                      : nullptr;
   if (!prim) {
-    ws->reference = reference_backend().max_pool2d_forward(y, x, p);
+    ws->reference = reference_max_forward(y, x, p);
     return ws;
   }
   const FwdPd& pd = prim->get<FwdPd>();
@@ -148,7 +185,7 @@ void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Wo
   }
   const auto& w = *static_cast<const MaxPoolWorkspace*>(ws.get());
   if (!w.dnnl || !pool_ok(dx, dy, p, /*avg=*/false)) {
-    return reference_backend().max_pool2d_backward(dx, dy, x, w.reference, p);
+    return reference_max_backward(dx, dy, x, w.reference, p);
   }
   const CachedPrimitive* prim = backward_primitive(algorithm::pooling_max, dx, dy, w.layout, p);
   if (!prim) throw std::runtime_error("max_pool2d_backward: oneDNN has no backward for " +
@@ -170,10 +207,10 @@ void avg_pool2d_forward(const View& y, const View& x, const Pool2dParams& p) {
     avg_pool2d_forward(wy.view(), wx.view(), p);
     return wy.finish();
   }
-  if (!pool_ok(x, y, p, /*avg=*/true)) return reference_backend().avg_pool2d_forward(y, x, p);
+  if (!pool_ok(x, y, p, /*avg=*/true)) return reference_avg_forward(y, x, p);
   const tag t = compute_layout(y, x);
   const CachedPrimitive* prim = forward_primitive(avg_algorithm(p), y, x, t, p);
-  if (!prim) return reference_backend().avg_pool2d_forward(y, x, p);
+  if (!prim) return reference_avg_forward(y, x, p);
   const FwdPd& pd = prim->get<FwdPd>();
   Operand src(x, pd.src_desc(), /*is_input=*/true, "avg_pool2d_forward");
   Operand dst(y, pd.dst_desc(), /*is_input=*/false, "avg_pool2d_forward");
@@ -188,10 +225,10 @@ void avg_pool2d_backward(const View& dx, const View& dy, const Pool2dParams& p) 
     avg_pool2d_backward(wdx.view(), wdy.view(), p);
     return wdx.finish();
   }
-  if (!pool_ok(dx, dy, p, /*avg=*/true)) return reference_backend().avg_pool2d_backward(dx, dy, p);
+  if (!pool_ok(dx, dy, p, /*avg=*/true)) return reference_avg_backward(dx, dy, p);
   const tag t = compute_layout(dx, dy);
   const CachedPrimitive* prim = backward_primitive(avg_algorithm(p), dx, dy, t, p);
-  if (!prim) return reference_backend().avg_pool2d_backward(dx, dy, p);
+  if (!prim) return reference_avg_backward(dx, dy, p);
   const BwdPd& pd = prim->get<BwdPd>();
   Operand diff_dst(dy, pd.diff_dst_desc(), /*is_input=*/true, "avg_pool2d_backward");
   Operand diff_src(dx, pd.diff_src_desc(), /*is_input=*/false, "avg_pool2d_backward");
@@ -214,12 +251,12 @@ std::optional<Pool2dParams> even_bins(const View& x, const View& y) {
 
 void adaptive_avg_pool2d_forward(const View& y, const View& x) {
   if (const auto p = even_bins(x, y)) return avg_pool2d_forward(y, x, *p);
-  reference_backend().adaptive_avg_pool2d_forward(y, x);
+  reference_avg_forward(y, x, std::nullopt);
 }
 
 void adaptive_avg_pool2d_backward(const View& dx, const View& dy) {
   if (const auto p = even_bins(dx, dy)) return avg_pool2d_backward(dx, dy, *p);
-  reference_backend().adaptive_avg_pool2d_backward(dx, dy);
+  reference_avg_backward(dx, dy, std::nullopt);
 }
 
 }  // namespace ringflow::cpu

@@ -1,7 +1,7 @@
 // A kernel's operand in the dtype and layout the kernel computes in: the caller's view
 // itself where it already is so, else a scratch copy, copied in for an input; finish()
-// writes an output back. Widened (widen.h) and the Winograd convolutions' channels-last
-// activations are such operands.
+// writes an output back. Widened (widen.h), Strided (blocked operands for code that reads
+// strides) and the Winograd convolutions' channels-last activations are such operands.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@ namespace ringflow::cpu {
 
 class StagedView {
  public:
-  // A copy of v in `dtype` with `strides` when `stage`, else v.
+  // A copy of v in `dtype` with `strides` (a strided layout) when `stage`, else v.
   StagedView(const View& v, bool stage, DType dtype, const Shape& strides, bool is_input)
       : original_(v), view_(v) {
     if (!stage) return;
@@ -21,6 +21,7 @@ class StagedView {
     view_.data = buffer_.data();
     view_.dtype = dtype;
     view_.strides = strides;
+    view_.layout = MemoryLayout::strided;
     view_.derived = nullptr;  // scratch: nothing may be cached against it
     if (is_input) copy(view_, original_);
   }
@@ -35,5 +36,23 @@ class StagedView {
   View view_;
   ScratchBuffer buffer_;
 };
+
+}  // namespace ringflow::cpu
+
+namespace ringflow::cpu {
+
+// A blocked operand (Note [blocked operands]) as a contiguous copy, for the code that reads
+// strides: the reference kernels the oneDNN ones fall back to, and own loops.
+class Strided : public StagedView {
+ public:
+  Strided(const View& v, bool is_input)
+      : StagedView(v, v.layout != MemoryLayout::strided, v.dtype, contiguous_strides(v.shape), is_input) {}
+};
+
+inline bool any_blocked(std::initializer_list<const View*> views) {
+  for (const View* v : views)
+    if (v && v->layout != MemoryLayout::strided) return true;
+  return false;
+}
 
 }  // namespace ringflow::cpu
