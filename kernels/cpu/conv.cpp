@@ -114,12 +114,17 @@ bool conv_ok(const View& a, const View& b, const View& c) {
 
 // f32 only: bf16's 3x3 layers run our Winograd kernels in NHWC where the CPU has AVX512-BF16
 // and no AMX (winograd.cpp), and activations blocked around them would be reordered there.
-// The block is the one oneDNN's direct and Winograd f32 kernels take on the ISA.
+// The block is the one oneDNN's direct and Winograd f32 kernels take on the ISA oneDNN runs
+// (ONEDNN_MAX_CPU_ISA may hold it below the CPU's): where the block did not match it, its batch
+// norm and pooling fell to their reference kernels.
 MemoryLayout conv_blocked_layout(DType dtype, int64_t channels) {
   if (dtype != DType::f32) return MemoryLayout::strided;
-  const MemoryLayout l = __builtin_cpu_supports("avx512f") ? MemoryLayout::nChw16c
-                   : __builtin_cpu_supports("avx2")  ? MemoryLayout::nChw8c
-                                                     : MemoryLayout::strided;
+  const auto has = [isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa())](dnnl::cpu_isa want) {
+    return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+  };
+  const MemoryLayout l = has(dnnl::cpu_isa::avx512_core) ? MemoryLayout::nChw16c
+                         : has(dnnl::cpu_isa::avx2)      ? MemoryLayout::nChw8c
+                                                         : MemoryLayout::strided;
   return l != MemoryLayout::strided && channels % channel_block(l) == 0 ? l : MemoryLayout::strided;
 }
 
