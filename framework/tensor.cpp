@@ -59,17 +59,23 @@ bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_sha
 
 namespace {
 
-// A strided view of a strided base (its callers read base.strides(), which converts).
-Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
-  RF_CHECK(base.layout() == MemoryLayout::strided, "a view of a tensor in the blocked layout ",
-           memory_layout_name(base.layout()), " (an internal error: strides() converts it first)");
+// A new handle on base's storage, in base's layout.
+Tensor share_storage(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->layout = base.layout();
   return Tensor(std::move(impl));
+}
+
+// A strided view of a strided base (its callers read base.strides(), which converts).
+Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  RF_CHECK(base.layout() == MemoryLayout::strided, "a view of a tensor in the blocked layout ",
+           memory_layout_name(base.layout()), " (an internal error: strides() converts it first)");
+  return share_storage(base, std::move(shape), std::move(strides), offset);
 }
 
 Shape infer_size(const Shape& shape, int64_t numel) {
@@ -528,14 +534,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 
 Tensor Tensor::detach() const {
   const TensorImpl& t = checked();
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.storage;
-  impl->shape = t.shape;
-  impl->strides = t.strides;
-  impl->offset = t.offset;
-  impl->dtype = t.dtype;
-  impl->layout = t.layout;  // shares the storage as it is, blocked or not
-  return Tensor(std::move(impl));
+  return share_storage(*this, t.shape, t.strides, t.offset);  // blocked or not, as it is
 }
 
 void Tensor::register_post_accumulate_grad_hook(GradHook hook) const {

@@ -37,10 +37,6 @@ class StagedView {
   ScratchBuffer buffer_;
 };
 
-}  // namespace ringflow::cpu
-
-namespace ringflow::cpu {
-
 // A blocked operand (Note [blocked operands]) as a contiguous copy, for the code that reads
 // strides: the reference kernels the oneDNN ones fall back to, and own loops.
 class Strided : public StagedView {
