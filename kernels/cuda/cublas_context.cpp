@@ -16,19 +16,15 @@ struct Handle {
   void* workspace = nullptr;  // cudaMalloc'ed once, never freed (as the handle)
 };
 
-// 32 MiB, NVIDIA's advice for Hopper. Set by hand because a CUDA graph's capture may not
-// allocate (cuBLAS's own pool would), and again after every cublasSetStream, which resets
-// the workspace to that pool.
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-
+// The workspace is set by hand because a CUDA graph's capture may not allocate (cuBLAS's own
+// pool would), and again after every cublasSetStream, which resets it to that pool.
 void use_stream(const Handle& h) {
   RF_CHECK_CUBLAS(cublasSetStream(h.handle, compute_stream()));  // a CUDA graph's, while capturing
-  RF_CHECK_CUBLAS(cublasSetWorkspace(h.handle, h.workspace, kWorkspaceBytes));
+  RF_CHECK_CUBLAS(cublasSetWorkspace(h.handle, h.workspace, kCublasWorkspaceBytes));
 }
 
-}  // namespace
-
-cublasHandle_t cublas_handle() {
+// The handle and workspace of the current device, made on first use.
+const Handle& current_handle() {
   int device = 0;
   RF_CHECK_CUDA(cudaGetDevice(&device));
   static std::mutex mutex;
@@ -36,7 +32,7 @@ cublasHandle_t cublas_handle() {
   std::lock_guard lock(mutex);
   if (const auto it = handles->find(device); it != handles->end()) {
     use_stream(it->second);
-    return it->second.handle;
+    return it->second;
   }
   Handle h;
   RF_CHECK_CUBLAS(cublasCreate(&h.handle));
@@ -45,10 +41,15 @@ cublasHandle_t cublas_handle() {
   RF_CHECK_CUBLAS(cublasSetMathMode(
       h.handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  RF_CHECK_CUDA(cudaMalloc(&h.workspace, kWorkspaceBytes));
+  RF_CHECK_CUDA(cudaMalloc(&h.workspace, kCublasWorkspaceBytes));
   use_stream(h);
-  handles->emplace(device, h);
-  return h.handle;
+  return handles->emplace(device, h).first->second;
 }
+
+}  // namespace
+
+cublasHandle_t cublas_handle() { return current_handle().handle; }
+
+void* cublas_workspace() { return current_handle().workspace; }
 
 }  // namespace ringflow::cuda

@@ -15,4 +15,10 @@ namespace ringflow::cuda {
 // cublasCreate and cuBLAS's message when there is no usable device.
 cublasHandle_t cublas_handle();
 
+// The workspace set on that handle (kCublasWorkspaceBytes: 32 MiB, NVIDIA's advice for
+// Hopper; allocated with it). cuBLASLt's
+// calls on the same stream share it, as PyTorch's do: the calls run in stream order.
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+void* cublas_workspace();
+
 }  // namespace ringflow::cuda

@@ -4,7 +4,6 @@
 // is not row-major gets a contiguous temporary, copied into it afterwards.
 // f32 runs in full f32 (CUBLAS_COMPUTE_32F does not use TF32 tensor cores), so results
 // compare with the CPU backend's, unless set_allow_tf32(true) (CUBLAS_COMPUTE_32F_FAST_TF32).
-#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -131,7 +130,7 @@ bool run_with_epilogue(const GemmPlan& p, const View& out, const View& a, const 
   set_layout(la, t, p.a, p.m, p.k);  // cuBLAS's A: our b
   set_layout(lb, t, p.b, p.k, p.n);  // cuBLAS's B: our a
   set_layout(lc, t, p.c, p.m, p.n);
-  constexpr size_t kWorkspace = size_t{32} << 20;
+  constexpr size_t kWorkspace = kCublasWorkspaceBytes;
   LtDesc<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
   RF_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref.d));
   RF_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -142,10 +141,9 @@ bool run_with_epilogue(const GemmPlan& p, const View& out, const View& a, const 
                                                                 pref.d, 1, &heuristic, &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   RF_CHECK_CUBLAS(status);
-  const DeviceBuffer workspace(std::max<size_t>(heuristic.workspaceSize, 1));
   const float one = 1, zero = 0;
   RF_CHECK_CUBLAS(cublasLtMatmul(lt_handle(), op_desc.d, &one, b.data, la.d, a.data, lb.d, &zero, out.data, lc.d,
-                                 out.data, lc.d, &heuristic.algo, workspace.data(), heuristic.workspaceSize,
+                                 out.data, lc.d, &heuristic.algo, cublas_workspace(), heuristic.workspaceSize,
                                  compute_stream()));
   return true;
 }
