@@ -43,6 +43,7 @@
 #include "ringflow/bench/command_output.h"
 #include "ringflow/framework/op_profile.h"
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cudnn_choices.h"
 #include "ringflow/models/registry.h"
 #include "ringflow/models/vgg.h"
 
@@ -295,6 +296,10 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
     for (int i = 0; i < kSteps; ++i) run_step(ms);
     set_op_profiling(false);
     print_op_times(fmt::format("{} batch {} {}", name, batch, precision_name(precision)), kSteps);
+    // What cuDNN runs for each shape so far: whether convolutions reach tensor-core kernels,
+    // and how batch norm runs on channels-last.
+    for (const std::string& line : cudnn_conv_choices()) fmt::print("  cudnn conv {}\n", line);
+    for (const std::string& line : cudnn_batch_norm_choices()) fmt::print("  cudnn batch norm {}\n", line);
   }
   return {median(fwd), median(bwd), median(opt), median(step)};
 }

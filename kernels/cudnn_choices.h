@@ -11,5 +11,8 @@ namespace ringflow {
 
 // Empty in builds without cuDNN.
 std::vector<std::string> cudnn_conv_choices();
+// The same for training batch norm over channels-last x: each way's time and the one kept
+// (Note [Batch norm on channels-last] in kernels/cuda/cudnn_batch_norm.cpp).
+std::vector<std::string> cudnn_batch_norm_choices();
 
 }  // namespace ringflow

@@ -23,6 +23,7 @@ const Backend* cuda_backend() { return nullptr; }
 std::vector<LibraryVersion> cuda_library_versions() { return {}; }
 
 std::vector<std::string> cudnn_conv_choices() { return {}; }
+std::vector<std::string> cudnn_batch_norm_choices() { return {}; }
 
 int cuda_device_count(std::string* why) {
   if (why) *why = kWhy;

@@ -138,8 +138,10 @@ TEST_CASE("GraphedStep on cuda: replayed SGD steps of the small CNN equal eager 
     });
     for (int i = 0; i < 6; ++i) {
       Generator data(100 + i);
-      NoGradGuard no_grad;
-      x.copy_(randn({8, 1, 28, 28}, &data).to(cuda));
+      {
+        NoGradGuard no_grad;  // the input's copy only: the step records its graph
+        x.copy_(randn({8, 1, 28, 28}, &data).to(cuda));
+      }
       step.run();
     }
     CHECK(step.state() == (graphed ? GraphedStep::State::replaying : GraphedStep::State::warming_up));

@@ -8,12 +8,20 @@
 
 #include <climits>
 #include <initializer_list>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "ringflow/kernels/cuda/check.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/cuda/cudnn_descriptors.h"
 #include "ringflow/kernels/cuda/cudnn_handle.h"
+#include "ringflow/kernels/cuda/event_timer.h"
+#include "ringflow/kernels/cudnn_choices.h"
 
 namespace ringflow::cuda {
 namespace {
@@ -69,22 +77,153 @@ struct ParamDesc {
   ParamDesc& operator=(const ParamDesc&) = delete;
 };
 
-void forward_train(const View& y, const View& mean, const View& var, const View& x,
-                   const View* gamma, const View* beta, double eps) {
-  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps))
-    return own_forward_train(y, mean, var, x, gamma, beta, eps);
+// Note [Batch norm on channels-last]
+// cuDNN's spatial batch norm over a channels-last x (the layout of 16-bit convolutions) ran
+// far slower than its memory traffic allows on an H100 (2026-11-26: 50 of the 57 ms of
+// ResNet-18's bf16 step at batch 256). Three ways are timed on the first call of each
+// channels-last shape and the fastest kept: spatial, cuDNN's persistent mode (PyTorch's choice
+// for channels-last training), and spatial on an NCHW copy of the operands, copied back.
+// Each way writes only its outputs, so a run can be repeated; not while a CUDA graph is being
+// captured (the warm-up's choice serves it, else spatial) or when an output aliases an input.
+enum class Way { spatial, persistent, via_nchw };
+
+const char* way_name(Way w) {
+  return w == Way::spatial ? "spatial" : w == Way::persistent ? "persistent" : "spatial on an NCHW copy";
+}
+
+cudnnBatchNormMode_t mode_of(Way w) {
+  return w == Way::persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+}
+
+// A dense NCHW copy of an operand in scratch memory; `back` copies it into the original.
+struct NchwCopy {
+  DeviceBuffer buffer;
+  View view;
+  NchwCopy(const View& of, bool fill) : buffer(static_cast<size_t>(of.numel()) * dtype_size(of.dtype)), view(of) {
+    view.data = buffer.data();
+    view.strides = contiguous_strides(of.shape);
+    view.derived = nullptr;
+    if (fill) copy(view, of);
+  }
+};
+
+struct WayKey {
+  Shape shape;
+  DType dtype;
+  bool backward;
+  auto operator<=>(const WayKey&) const = default;
+};
+
+struct WayCache {
+  std::mutex mutex;
+  std::map<WayKey, Way> chosen;
+  std::vector<std::string> lines;
+};
+WayCache& way_cache() {
+  static auto* cache = new WayCache;  // never destroyed, as the handles
+  return *cache;
+}
+
+bool capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  RF_CHECK_CUDA(cudaStreamIsCapturing(compute_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The way for x's shape: spatial for NCHW; for channels-last the cached choice, or, on a
+// miss, each way run by `run` (false where cuDNN refuses it) and timed, the fastest kept.
+template <class Run>
+Way choose_way(const View& x, bool backward, bool may_repeat, const Run& run) {
+  if (!x.is_channels_last() || x.is_contiguous()) return Way::spatial;
+  const WayKey key{x.shape, x.dtype, backward};
+  WayCache& cache = way_cache();
+  {
+    std::lock_guard lock(cache.mutex);
+    if (const auto it = cache.chosen.find(key); it != cache.chosen.end()) return it->second;
+  }
+  if (!may_repeat || capturing()) return Way::spatial;  // untimed: the way that always served
+  std::string line = std::string(backward ? "backward " : "forward ") + dtype_name(x.dtype) + " x " +
+                     shape_str(x.shape) + " nhwc:";
+  Way best = Way::spatial;
+  float best_ms = -1;
+  for (const Way w : {Way::spatial, Way::persistent, Way::via_nchw}) {
+    bool ok = true;
+    float ms = 0;
+    try {
+      ms = time_best_of_two([&] { ok = ok && run(w); });
+    } catch (const std::runtime_error&) {  // a status other than not-supported: not this way
+      ok = false;
+    }
+    line += " ";
+    line += way_name(w);
+    line += ok ? " " : " refused;";
+    if (ok) line += std::to_string(ms) + " ms;";
+    if (ok && (best_ms < 0 || ms < best_ms)) best = w, best_ms = ms;
+  }
+  line += " chose ";
+  line += way_name(best);
+  std::lock_guard lock(cache.mutex);
+  cache.chosen.emplace(key, best);
+  cache.lines.push_back(line);
+  return best;
+}
+
+bool aliases(const View& a, const View& b) { return a.data == b.data; }
+
+// cuDNN's forward in `way`; false where it refuses the operands (nothing written then).
+bool cudnn_forward(Way way, const View& y, const View& mean, const View& var, const View& x,
+                   const View& gamma, const View& beta, double eps) {
+  if (way == Way::via_nchw) {
+    NchwCopy xt(x, true), yt(y, false);
+    if (!cudnn_forward(Way::spatial, yt.view, mean, var, xt.view, gamma, beta, eps)) return false;
+    copy(y, yt.view);
+    return true;
+  }
   const TensorDesc xd(x);
   const ParamDesc pd(xd);
   const Scalars s(x.dtype);
   StatsBuffer invstd(var);
   // No running statistics here (factor 0, null): the framework updates them from mean and var.
   const cudnnStatus_t status = cudnnBatchNormalizationForwardTraining(
-      cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), xd.d, x.data, xd.d, y.data, pd.d,
-      gamma->data, beta->data, 0.0, nullptr, nullptr, eps, mean.data, invstd.view.data);
-  // A shape or dtype cuDNN refuses has written nothing: the own kernels take it.
-  if (status == CUDNN_STATUS_NOT_SUPPORTED) return own_forward_train(y, mean, var, x, gamma, beta, eps);
+      cudnn_handle(), mode_of(way), s.one(), s.zero(), xd.d, x.data, xd.d, y.data, pd.d, gamma.data,
+      beta.data, 0.0, nullptr, nullptr, eps, mean.data, invstd.view.data);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
   RF_CHECK_CUDNN(status);
   batch_norm_convert_stats(var, invstd.view, eps, /*to_var=*/true);
+  return true;
+}
+
+// cuDNN's backward in `way` (both parameter gradients written); false where it refuses.
+bool cudnn_backward(Way way, const View& dx, const View& dgamma, const View& dbeta, const View& dy,
+                    const View& x, const View& mean, const View& var, const View& gamma, double eps) {
+  if (way == Way::via_nchw) {
+    NchwCopy dxt(dx, false), dyt(dy, true), xt(x, true);
+    if (!cudnn_backward(Way::spatial, dxt.view, dgamma, dbeta, dyt.view, xt.view, mean, var, gamma, eps))
+      return false;
+    copy(dx, dxt.view);
+    return true;
+  }
+  const TensorDesc xd(x);
+  const ParamDesc pd(xd);
+  const Scalars s(x.dtype);
+  StatsBuffer invstd(var);
+  batch_norm_convert_stats(invstd.view, var, eps, /*to_var=*/false);
+  const cudnnStatus_t status = cudnnBatchNormalizationBackward(
+      cudnn_handle(), mode_of(way), s.one(), s.zero(), s.one(), s.zero(), xd.d, x.data, xd.d, dy.data, xd.d,
+      dx.data, pd.d, gamma.data, dgamma.data, dbeta.data, eps, mean.data, invstd.view.data);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  RF_CHECK_CUDNN(status);
+  return true;
+}
+
+void forward_train(const View& y, const View& mean, const View& var, const View& x,
+                   const View* gamma, const View* beta, double eps) {
+  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps))
+    return own_forward_train(y, mean, var, x, gamma, beta, eps);
+  const auto run = [&](Way w) { return cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps); };
+  const Way way = choose_way(x, /*backward=*/false, !aliases(y, x), run);
+  // A shape or dtype cuDNN refuses has written nothing: the own kernels take it.
+  if (!run(way)) own_forward_train(y, mean, var, x, gamma, beta, eps);
 }
 
 void backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy, const View& x,
@@ -92,21 +231,15 @@ void backward(const View& dx, const View* dgamma, const View* dbeta, const View&
   if (!takes(x, {&dx, &dy}, {&mean, &var, gamma}, eps) || (dgamma && !takes_vector(dgamma, x)) ||
       (dbeta && !takes_vector(dbeta, x)))
     return own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
-  const TensorDesc xd(x);
-  const ParamDesc pd(xd);
-  const Scalars s(x.dtype);
-  StatsBuffer invstd(var);
-  batch_norm_convert_stats(invstd.view, var, eps, /*to_var=*/false);
   // cuDNN always writes both parameter gradients: scratch for the ones not asked for.
   std::optional<StatsBuffer> no_dgamma, no_dbeta;
   if (!dgamma) no_dgamma.emplace(var);
   if (!dbeta) no_dbeta.emplace(var);
-  const cudnnStatus_t status = cudnnBatchNormalizationBackward(
-      cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), s.one(), s.zero(), xd.d, x.data,
-      xd.d, dy.data, xd.d, dx.data, pd.d, gamma->data, dgamma ? dgamma->data : no_dgamma->view.data,
-      dbeta ? dbeta->data : no_dbeta->view.data, eps, mean.data, invstd.view.data);
-  if (status == CUDNN_STATUS_NOT_SUPPORTED) return own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
-  RF_CHECK_CUDNN(status);
+  const View& dg = dgamma ? *dgamma : no_dgamma->view;
+  const View& db = dbeta ? *dbeta : no_dbeta->view;
+  const auto run = [&](Way w) { return cudnn_backward(w, dx, dg, db, dy, x, mean, var, *gamma, eps); };
+  const Way way = choose_way(x, /*backward=*/true, !aliases(dx, dy) && !aliases(dx, x), run);
+  if (!run(way)) own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
 }
 
 // The fused forms (backend.h's batch_norm_relu_*) around cuDNN's batch norm: its output
@@ -152,5 +285,15 @@ void use_cudnn_batch_norm(Backend& b) {
 }
 
 }  // namespace ringflow::cuda
+
+namespace ringflow {
+
+std::vector<std::string> cudnn_batch_norm_choices() {
+  cuda::WayCache& cache = cuda::way_cache();
+  std::lock_guard lock(cache.mutex);
+  return cache.lines;
+}
+
+}  // namespace ringflow
 
 #pragma GCC diagnostic pop

@@ -25,6 +25,7 @@
 #include "ringflow/kernels/cuda/cudnn_descriptors.h"
 #include "ringflow/kernels/cuda/cudnn_graph.h"
 #include "ringflow/kernels/cuda/cudnn_handle.h"
+#include "ringflow/kernels/cuda/event_timer.h"
 #include "ringflow/kernels/cudnn_choices.h"
 #include "ringflow/kernels/derived_cache.h"
 
@@ -254,31 +255,9 @@ void legacy_run(ConvDirection d, cudnnHandle_t h, const LegacyCall& c, const Cho
   }
 }
 
-// A CUDA event, destroyed with its scope.
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { RF_CHECK_CUDA(cudaEventCreate(&e)); }
-  ~Event() { cudaEventDestroy(e); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-};
-
-// The plan's time on these operands, ms: the better of two runs after a warm-up (the
-// legacy API's search times its algorithms the same way, on the same stream).
+// The plan's time on these operands, ms.
 float time_plan(cudnnHandle_t h, const ConvPlan& plan, const View& x, const View& w, const View& y, void* ws) {
-  execute(h, plan, x.data, w.data, y.data, ws);
-  Event start, stop;
-  float best = 0;
-  for (int run = 0; run < 2; ++run) {
-    RF_CHECK_CUDA(cudaEventRecord(start.e, cudaStreamLegacy));
-    execute(h, plan, x.data, w.data, y.data, ws);
-    RF_CHECK_CUDA(cudaEventRecord(stop.e, cudaStreamLegacy));
-    RF_CHECK_CUDA(cudaEventSynchronize(stop.e));
-    float ms = 0;
-    RF_CHECK_CUDA(cudaEventElapsedTime(&ms, start.e, stop.e));
-    best = run == 0 ? ms : std::min(best, ms);
-  }
-  return best;
+  return time_best_of_two([&] { execute(h, plan, x.data, w.data, y.data, ws); });
 }
 
 // The graph API's candidates: configurations of the instant heuristics and the fallback list

@@ -13,5 +13,6 @@ std::string cudnn_version() { return "not built in (-Dcudnn=disabled or not foun
 namespace ringflow {
 
 std::vector<std::string> cudnn_conv_choices() { return {}; }
+std::vector<std::string> cudnn_batch_norm_choices() { return {}; }
 
 }  // namespace ringflow
