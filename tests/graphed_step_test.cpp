@@ -3,6 +3,8 @@
 // throws under capture, a device that is no GPU), and the gradients re-attached after each
 // replay, with capture operations of the test's own; on a GPU, SGD steps of the small CNN
 // replayed from a graph against the same steps run eagerly.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -147,11 +149,27 @@ TEST_CASE("GraphedStep on cuda: replayed SGD steps of the small CNN equal eager 
     CHECK(step.state() == (graphed ? GraphedStep::State::replaying : GraphedStep::State::warming_up));
     return model->state_dict();
   };
-  const NamedTensors eager = train(false), graphed = train(true);
+  // cuDNN's fastest convolution and batch norm kernels may reduce in a different order on
+  // each run (atomics). On an H100 (2026-11-26) the replayed run's conv1/bn1/conv2 weights
+  // differed from the eager run's by up to ~5e-3 relative after the 6 steps and the linear
+  // layers' not at all: the pattern of such reductions, not of a wrong replay. So the replay
+  // is held to the eager runs' own spread (two more eager runs; zero where the kernels are
+  // deterministic), which a replay of a wrong input or a lost update would exceed by far.
+  const NamedTensors eager = train(false), graphed = train(true), again = train(false), third = train(false);
   REQUIRE(eager.size() == graphed.size());
+  const auto largest_difference = [](const Tensor& a, const Tensor& b) {
+    const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+    double d = 0;
+    for (size_t k = 0; k < x.size(); ++k) d = std::max(d, std::fabs(x[k] - y[k]));
+    return d;
+  };
   for (size_t i = 0; i < eager.size(); ++i) {
     CAPTURE(eager[i].first);
-    CHECK(ringflow::testing::all_close(graphed[i].second.to(Device::cpu()), eager[i].second.to(Device::cpu()), 1e-5,
-                                       1e-6, eager[i].first));
+    const Tensor reference = eager[i].second.to(Device::cpu());
+    const double spread = std::max(largest_difference(again[i].second.to(Device::cpu()), reference),
+                                   largest_difference(third[i].second.to(Device::cpu()), reference));
+    const double deviation = largest_difference(graphed[i].second.to(Device::cpu()), reference);
+    CAPTURE(spread);
+    CHECK(deviation <= 3 * spread + 1e-6);
   }
 }

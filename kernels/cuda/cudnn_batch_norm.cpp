@@ -78,24 +78,34 @@ struct ParamDesc {
 };
 
 // Note [Batch norm on channels-last]
-// cuDNN's spatial batch norm over a channels-last x (the layout of 16-bit convolutions) ran
-// far slower than its memory traffic allows on an H100 (2026-11-26: 50 of the 57 ms of
-// ResNet-18's bf16 step at batch 256). Three ways are timed on the first call of each
-// channels-last shape and the fastest kept: spatial, cuDNN's persistent mode (PyTorch's choice
-// for channels-last training), and spatial on an NCHW copy of the operands, copied back.
-// Each way writes only its outputs, so a run can be repeated; not while a CUDA graph is being
-// captured (the warm-up's choice serves it, else spatial) or when an output aliases an input.
-enum class Way { spatial, persistent, via_nchw };
+// cuDNN's spatial batch norm over a channels-last x (the layout of 16-bit convolutions) runs
+// far slower than its memory traffic allows: on an H100 (2026-11-26, bf16, x (256, 64, 32, 32))
+// forward 2.53 ms, persistent mode 1.49, spatial on an NCHW copy 0.50 (backward 3.93, 2.13,
+// 0.78), where reading and writing the operands takes ~0.05. So each channels-last op (plain
+// or fused with relu) times the ways it has on the first call of each shape and keeps the
+// fastest: spatial, cuDNN's persistent mode (PyTorch's choice for channels-last training),
+// spatial on an NCHW copy of the operands copied back, and the own kernels (coalesced for
+// channels innermost, the relu fused: Note [Batch norm with channels innermost] in
+// kernels/simt/batch_norm.h). Each way writes only its outputs, so a run can be repeated;
+// not while a CUDA graph is being captured (the warm-up's choice serves it, else spatial) or
+// when an output aliases an input. cudnn_batch_norm_choices() lists the times.
+enum class Way { spatial, persistent, via_nchw, own };
 
 const char* way_name(Way w) {
-  return w == Way::spatial ? "spatial" : w == Way::persistent ? "persistent" : "spatial on an NCHW copy";
+  switch (w) {
+    case Way::spatial: return "spatial";
+    case Way::persistent: return "persistent";
+    case Way::via_nchw: return "spatial on an NCHW copy";
+    case Way::own: return "own kernels";
+  }
+  return "?";
 }
 
 cudnnBatchNormMode_t mode_of(Way w) {
   return w == Way::persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
 }
 
-// A dense NCHW copy of an operand in scratch memory; `back` copies it into the original.
+// A dense NCHW copy of an operand in scratch memory (filled from it, or to be copied back).
 struct NchwCopy {
   DeviceBuffer buffer;
   View view;
@@ -108,9 +118,9 @@ struct NchwCopy {
 };
 
 struct WayKey {
+  std::string op;
   Shape shape;
   DType dtype;
-  bool backward;
   auto operator<=>(const WayKey&) const = default;
 };
 
@@ -133,20 +143,19 @@ bool capturing() {
 // The way for x's shape: spatial for NCHW; for channels-last the cached choice, or, on a
 // miss, each way run by `run` (false where cuDNN refuses it) and timed, the fastest kept.
 template <class Run>
-Way choose_way(const View& x, bool backward, bool may_repeat, const Run& run) {
+Way choose_way(const char* op, const View& x, bool may_repeat, const Run& run) {
   if (!x.is_channels_last() || x.is_contiguous()) return Way::spatial;
-  const WayKey key{x.shape, x.dtype, backward};
+  const WayKey key{op, x.shape, x.dtype};
   WayCache& cache = way_cache();
   {
     std::lock_guard lock(cache.mutex);
     if (const auto it = cache.chosen.find(key); it != cache.chosen.end()) return it->second;
   }
   if (!may_repeat || capturing()) return Way::spatial;  // untimed: the way that always served
-  std::string line = std::string(backward ? "backward " : "forward ") + dtype_name(x.dtype) + " x " +
-                     shape_str(x.shape) + " nhwc:";
+  std::string line = std::string(op) + " " + dtype_name(x.dtype) + " x " + shape_str(x.shape) + " nhwc:";
   Way best = Way::spatial;
   float best_ms = -1;
-  for (const Way w : {Way::spatial, Way::persistent, Way::via_nchw}) {
+  for (const Way w : {Way::spatial, Way::persistent, Way::via_nchw, Way::own}) {
     bool ok = true;
     float ms = 0;
     try {
@@ -216,48 +225,68 @@ bool cudnn_backward(Way way, const View& dx, const View& dgamma, const View& dbe
   return true;
 }
 
+// cuDNN always writes both parameter gradients: scratch for the ones not asked for.
+struct ParamGrads {
+  std::optional<StatsBuffer> no_dgamma, no_dbeta;
+  View dgamma, dbeta;
+  ParamGrads(const View* dg, const View* db, const View& like) {
+    if (!dg) no_dgamma.emplace(like);
+    if (!db) no_dbeta.emplace(like);
+    dgamma = dg ? *dg : no_dgamma->view;
+    dbeta = db ? *db : no_dbeta->view;
+  }
+};
+
 void forward_train(const View& y, const View& mean, const View& var, const View& x,
                    const View* gamma, const View* beta, double eps) {
-  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps))
-    return own_forward_train(y, mean, var, x, gamma, beta, eps);
-  const auto run = [&](Way w) { return cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps); };
-  const Way way = choose_way(x, /*backward=*/false, !aliases(y, x), run);
+  const auto own = [&] { own_forward_train(y, mean, var, x, gamma, beta, eps); };
+  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps)) return own();
+  const auto run = [&](Way w) {
+    if (w == Way::own) return own(), true;
+    return cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps);
+  };
   // A shape or dtype cuDNN refuses has written nothing: the own kernels take it.
-  if (!run(way)) own_forward_train(y, mean, var, x, gamma, beta, eps);
+  if (!run(choose_way("forward", x, !aliases(y, x), run))) own();
 }
 
 void backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy, const View& x,
               const View& mean, const View& var, const View* gamma, double eps) {
+  const auto own = [&] { own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps); };
   if (!takes(x, {&dx, &dy}, {&mean, &var, gamma}, eps) || (dgamma && !takes_vector(dgamma, x)) ||
       (dbeta && !takes_vector(dbeta, x)))
-    return own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
-  // cuDNN always writes both parameter gradients: scratch for the ones not asked for.
-  std::optional<StatsBuffer> no_dgamma, no_dbeta;
-  if (!dgamma) no_dgamma.emplace(var);
-  if (!dbeta) no_dbeta.emplace(var);
-  const View& dg = dgamma ? *dgamma : no_dgamma->view;
-  const View& db = dbeta ? *dbeta : no_dbeta->view;
-  const auto run = [&](Way w) { return cudnn_backward(w, dx, dg, db, dy, x, mean, var, *gamma, eps); };
-  const Way way = choose_way(x, /*backward=*/true, !aliases(dx, dy) && !aliases(dx, x), run);
-  if (!run(way)) own_backward(dx, dgamma, dbeta, dy, x, mean, var, gamma, eps);
+    return own();
+  const ParamGrads pg(dgamma, dbeta, var);
+  const auto run = [&](Way w) {
+    if (w == Way::own) return own(), true;
+    return cudnn_backward(w, dx, pg.dgamma, pg.dbeta, dy, x, mean, var, *gamma, eps);
+  };
+  if (!run(choose_way("backward", x, !aliases(dx, dy) && !aliases(dx, x), run))) own();
 }
 
-// The fused forms (backend.h's batch_norm_relu_*) around cuDNN's batch norm: its output
-// then relu(y + residual) in one own pass; backward: dz = y > 0 ? dy : 0 in one pass (it is
-// also dresidual), then cuDNN's backward of dz.
+// The fused forms (backend.h's batch_norm_relu_*): the own kernels do them in one pass; around
+// cuDNN's batch norm, its output then relu(y + residual) in one own pass, and backward
+// dz = y > 0 ? dy : 0 in one pass (also dresidual), then cuDNN's backward of dz.
 void relu_forward_train(const View& y, const View& mean, const View& var, const View& x, const View* gamma,
                         const View* beta, const View* residual, double eps) {
-  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps) || (residual && residual->dtype != x.dtype))
-    return own_relu_forward_train(y, mean, var, x, gamma, beta, residual, eps);
-  forward_train(y, mean, var, x, gamma, beta, eps);
-  batch_norm_add_relu(y, residual);
+  const auto own = [&] { own_relu_forward_train(y, mean, var, x, gamma, beta, residual, eps); };
+  if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps) || (residual && residual->dtype != x.dtype)) return own();
+  const auto run = [&](Way w) {
+    if (w == Way::own) return own(), true;
+    if (!cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps)) return false;
+    batch_norm_add_relu(y, residual);
+    return true;
+  };
+  const bool may_repeat = !aliases(y, x) && (!residual || !aliases(y, *residual));
+  if (!run(choose_way(residual ? "forward, relu(+ residual)" : "forward, relu", x, may_repeat, run))) own();
 }
 
 void relu_backward(const View& dx, const View* dresidual, const View* dgamma, const View* dbeta,
                    const View& dy, const View& y, const View& x, const View& mean, const View& var,
                    const View* gamma, double eps) {
-  if (!takes(x, {&dx, &dy, &y}, {&mean, &var, gamma}, eps) || (dresidual && !takes(x, {dresidual}, {}, eps)))
-    return own_relu_backward(dx, dresidual, dgamma, dbeta, dy, y, x, mean, var, gamma, eps);
+  const auto own = [&] { own_relu_backward(dx, dresidual, dgamma, dbeta, dy, y, x, mean, var, gamma, eps); };
+  if (!takes(x, {&dx, &dy, &y}, {&mean, &var, gamma}, eps) || (dresidual && !takes(x, {dresidual}, {}, eps)) ||
+      (dgamma && !takes_vector(dgamma, x)) || (dbeta && !takes_vector(dbeta, x)))
+    return own();
   std::optional<DeviceBuffer> scratch;
   View dz = x;  // x's dense layout
   if (dresidual) {
@@ -267,8 +296,15 @@ void relu_backward(const View& dx, const View* dresidual, const View* dgamma, co
     dz.data = scratch->data();
     dz.derived = nullptr;
   }
-  cuda_backend()->binary(BinaryOp::relu_backward, dz, dy, y);
-  backward(dx, dgamma, dbeta, dz, x, mean, var, gamma, eps);
+  const ParamGrads pg(dgamma, dbeta, var);
+  const auto run = [&](Way w) {
+    if (w == Way::own) return own(), true;
+    cuda_backend()->binary(BinaryOp::relu_backward, dz, dy, y);
+    return cudnn_backward(w, dx, pg.dgamma, pg.dbeta, dz, x, mean, var, *gamma, eps);
+  };
+  bool may_repeat = !aliases(dx, dy) && !aliases(dx, x) && !aliases(dx, y);
+  if (dresidual) may_repeat = may_repeat && !aliases(*dresidual, dy) && !aliases(*dresidual, y);
+  if (!run(choose_way("backward, relu", x, may_repeat, run))) own();
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // Batch normalization per channel (dim 1) of a 4-D x (N, C, H, W) or a 2-D x (N, C). Training
 // and backward run one block per channel (two-pass statistics: mean, then the biased variance
-// of the deviations); eval is elementwise. Statistics and sums in float (double for f64);
+// of the deviations), or, where the channels are innermost in memory, three coalesced launches
+// (Note [Batch norm with channels innermost]); eval is elementwise. Statistics and sums in float (double for f64);
 // gamma, beta, mean and var may be of any floating dtype (f32 with 16-bit activations).
 // The same bodies run the fused forms, y = relu(bn(x) + residual) and its backward (the
 // relu's mask read from y, dresidual written beside dx), and the running statistics'
 // update is one small launch.
 #pragma once
+
+#include <vector>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
@@ -191,6 +194,226 @@ struct AddReluBody {
   }
 };
 
+// Note [Batch norm with channels innermost]
+// Channels-last 4-D operands (and contiguous 2-D ones) hold x as an (M, C) matrix, M = N*H*W,
+// channel fastest; one block per channel would read it with a stride of C, a few useful bytes
+// per memory transaction (on an H100 the 16-bit training steps spent most of their time there).
+// So such operands take three launches that read along the rows: (1) per chunk of rows and
+// channel, one thread's partial statistics (adjacent threads on adjacent channels); (2) one
+// block per channel merging its chunks' partials (Chan's pairwise formula for means and squared
+// deviations) into mean and var, and into per-channel coefficients in a workspace; (3) the
+// elementwise pass with those coefficients. Backward the same with the sums of dz and
+// dz * (x - mean), dz being dy under relu's mask.
+
+inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
+
+// Arrays of A from the executor's workspace for one op's launches, freed together (in stream
+// order on the GPU) when it goes out of scope.
+template <class Exec, class A>
+class Scratch {
+ public:
+  A* take(int64_t n) {
+    held_.push_back(Exec::workspace(sizeof(A) * static_cast<size_t>(n > 0 ? n : 1)));
+    return static_cast<A*>(held_.back().get());
+  }
+
+ private:
+  std::vector<Workspace> held_;
+};
+
+// x as (M, C) split into chunks of `chunk` rows, one thread per (chunk, channel).
+struct ChannelChunks {
+  int64_t M, C, chunk, chunks;
+  RF_HD int64_t rows_in(int64_t p) const { return (p + 1) * chunk < M ? chunk : M - p * chunk; }
+};
+
+inline ChannelChunks channel_chunks(int64_t M, int64_t C) {
+  // About 2^18 threads in phase 1 (enough to fill a large GPU), at least 16 rows each.
+  constexpr int64_t kThreads = int64_t{1} << 18, kMinRows = 16;
+  int64_t chunk = C == 0 ? M : (M * C + kThreads - 1) / kThreads;
+  chunk = chunk < kMinRows ? kMinRows : chunk;
+  return {M, C, chunk, M == 0 ? 0 : (M + chunk - 1) / chunk};
+}
+
+// Count, mean and sum of squared deviations of a set of values; merged pairwise.
+template <class A>
+struct Moments {
+  int64_t n = 0;
+  A mean = 0, m2 = 0;
+  RF_HD static Moments merge(const Moments& a, const Moments& b) {
+    if (a.n == 0) return b;
+    if (b.n == 0) return a;
+    const int64_t n = a.n + b.n;
+    const A d = b.mean - a.mean, fb = static_cast<A>(b.n) / static_cast<A>(n);
+    return {n, a.mean + d * fb, a.m2 + b.m2 + d * d * static_cast<A>(a.n) * fb};
+  }
+};
+
+// Phase 1 forward: thread (p, c) -> the moments of chunk p of channel c, shifted by its first
+// value so that the sums of squares do not cancel.
+template <class T>
+struct ChunkMomentsBody {
+  const T* x;
+  ChannelChunks cc;
+  acc_t<T>* mean;  // [chunks * C]
+  acc_t<T>* m2;
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p);
+    const T* col = x + p * cc.chunk * cc.C + c;
+    const A shift = load(col[0]);
+    A s1 = 0, s2 = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const A d = load(col[r * cc.C]) - shift;
+      s1 = s1 + d;
+      s2 = s2 + d * d;
+    }
+    const A n = static_cast<A>(rows);
+    mean[i] = shift + s1 / n;
+    m2[i] = s2 - s1 * s1 / n;
+  }
+};
+
+// Phase 2 forward: block per channel -> mean, var and the coefficients y = x * scale + shift.
+template <class T>
+struct MergeMomentsBody {
+  ChannelChunks cc;
+  const acc_t<T>* chunk_mean;
+  const acc_t<T>* chunk_m2;
+  ChannelVector mean, var, gamma, beta;
+  double eps;
+  acc_t<T>* scale;  // [C]
+  acc_t<T>* shift;
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t c) const {
+    using A = acc_t<T>;
+    const Moments<A> m = block.reduce(
+        cc.chunks, Moments<A>{},
+        [&](int64_t p) { return Moments<A>{cc.rows_in(p), chunk_mean[p * cc.C + c], chunk_m2[p * cc.C + c]}; },
+        [](const Moments<A>& a, const Moments<A>& b) { return Moments<A>::merge(a, b); });
+    block.for_each(1, [&](int64_t) {
+      const A v = m.m2 > A(0) ? m.m2 / static_cast<A>(m.n) : A(0);
+      const A k = static_cast<A>(gamma.get(c, 1.0)) / simt::sqrt(v + static_cast<A>(eps));
+      mean.set(c, m.mean);
+      var.set(c, v);
+      scale[c] = k;
+      shift[c] = static_cast<A>(beta.get(c, 0.0)) - m.mean * k;
+    });
+  }
+};
+
+// Phase 3 forward: y = relu?(x * scale + shift + residual), every operand (M, C).
+template <class T>
+struct NormalizeRowsBody {
+  T* y;
+  const T* x;
+  const T* residual;  // may be null
+  const acc_t<T>* scale;
+  const acc_t<T>* shift;
+  int64_t C;
+  bool relu;
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = i % C;
+    A v = load(x[i]) * scale[c] + shift[c];
+    if (residual) v = v + load(residual[i]);
+    y[i] = store<T>(relu && !(v > A(0)) ? A(0) : v);
+  }
+};
+
+// dz of the backward: dy, or 0 where the fused forward's y was not positive.
+template <class T>
+RF_HD inline acc_t<T> masked_dy(const T* dy, const T* y, int64_t i) {
+  using A = acc_t<T>;
+  return y && !(load(y[i]) > A(0)) ? A(0) : load(dy[i]);
+}
+
+// Phase 1 backward: thread (p, c) -> chunk p's sums of dz and dz * (x - mean).
+template <class T>
+struct ChunkGradSumsBody {
+  const T* dy;
+  const T* x;
+  const T* y;  // may be null
+  ChannelChunks cc;
+  ChannelVector mean;
+  acc_t<T>* sum_dz;  // [chunks * C]
+  acc_t<T>* sum_dz_xmu;
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p), first = p * cc.chunk * cc.C + c;
+    const A mu = static_cast<A>(mean.get(c, 0.0));
+    A s1 = 0, s2 = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t k = first + r * cc.C;
+      const A g = masked_dy(dy, y, k);
+      s1 = s1 + g;
+      s2 = s2 + g * (load(x[k]) - mu);
+    }
+    sum_dz[i] = s1;
+    sum_dz_xmu[i] = s2;
+  }
+};
+
+// The per-channel coefficients of dx = k_scale * (dz - k_mean_dz - (x - mean) * k_xmu).
+template <class A>
+struct GradCoefficients {
+  A* scale;
+  A* mean_dz;
+  A* xmu;
+};
+
+template <class A>
+struct SumPair {
+  A a = 0, b = 0;
+};
+
+// Phase 2 backward: block per channel -> dgamma, dbeta and the coefficients of dx.
+template <class T>
+struct MergeGradSumsBody {
+  ChannelChunks cc;
+  const acc_t<T>* sum_dz;
+  const acc_t<T>* sum_dz_xmu;
+  ChannelVector var, gamma, dgamma, dbeta;
+  double eps;
+  GradCoefficients<acc_t<T>> out;
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t c) const {
+    using A = acc_t<T>;
+    const SumPair<A> s = block.reduce(
+        cc.chunks, SumPair<A>{}, [&](int64_t p) { return SumPair<A>{sum_dz[p * cc.C + c], sum_dz_xmu[p * cc.C + c]}; },
+        [](const SumPair<A>& u, const SumPair<A>& v) { return SumPair<A>{u.a + v.a, u.b + v.b}; });
+    block.for_each(1, [&](int64_t) {
+      const A invstd = A(1) / simt::sqrt(static_cast<A>(var.get(c, 1.0)) + static_cast<A>(eps));
+      const A sum_dz_xhat = s.b * invstd, n = static_cast<A>(cc.M);
+      if (dgamma.p) dgamma.set(c, sum_dz_xhat);
+      if (dbeta.p) dbeta.set(c, s.a);
+      out.scale[c] = static_cast<A>(gamma.get(c, 1.0)) * invstd;
+      out.mean_dz[c] = s.a / n;
+      out.xmu[c] = sum_dz_xhat / n * invstd;
+    });
+  }
+};
+
+// Phase 3 backward: dx, and dresidual = dz where asked for; every operand (M, C).
+template <class T>
+struct GradRowsBody {
+  T* dx;
+  T* dresidual;  // may be null
+  const T* dy;
+  const T* x;
+  const T* y;  // may be null
+  ChannelVector mean;
+  GradCoefficients<acc_t<T>> k;
+  int64_t C;
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = i % C;
+    const A g = masked_dy(dy, y, i);
+    dx[i] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(x[i]) - static_cast<A>(mean.get(c, 0.0))) * k.xmu[c]));
+    if (dresidual) dresidual[i] = store<T>(g);
+  }
+};
+
 inline int64_t bn_channels(const View& x, const char* op) {
   check(x.dim() == 2 || x.dim() == 4, op, "x must be (N, C) or (N, C, H, W), got " +
                                               shape_str(x.shape));
@@ -222,6 +445,22 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
+  if (channels_innermost(x) && channels_innermost(y) && (!residual || channels_innermost(*residual)))
+    return visit_floating(x.dtype, op, [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      const ChannelChunks cc = channel_chunks(count, C);
+      Scratch<Exec, A> scratch;
+      A* chunk_mean = scratch.take(cc.chunks * C);
+      A* chunk_m2 = scratch.take(cc.chunks * C);
+      A* scale = scratch.take(C);
+      A* shift = scratch.take(C);
+      exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
+      exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, scale, shift});
+      exec.elementwise(x.numel(), NormalizeRowsBody<T>{y.ptr<T>(), x.ptr<const T>(),
+                                                       residual ? residual->ptr<const T>() : nullptr, scale,
+                                                       shift, C, relu});
+    });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     BatchNormTrainBody<T> body{y.ptr<T>(), x.ptr<const T>(), channel_walk(y), channel_walk(x), m, v, g, b,
@@ -269,6 +508,24 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
   const ChannelVector g = channel_vector(gamma, C, op, "gamma");
   const ChannelVector dg = channel_vector(dgamma, C, op, "dgamma"), db = channel_vector(dbeta, C, op, "dbeta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
+  bool innermost = true;
+  for (const View* o : {&dx, &dy, &x, y, dresidual}) innermost = innermost && (!o || channels_innermost(*o));
+  if (innermost)
+    return visit_floating(x.dtype, op, [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      const ChannelChunks cc = channel_chunks(count, C);
+      Scratch<Exec, A> scratch;
+      A* sum_dz = scratch.take(cc.chunks * C);
+      A* sum_dz_xmu = scratch.take(cc.chunks * C);
+      const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
+      const T* yp = y ? y->ptr<const T>() : nullptr;
+      exec.elementwise(cc.chunks * C,
+                       ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
+      exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, v, g, dg, db, eps, k});
+      exec.elementwise(x.numel(), GradRowsBody<T>{dx.ptr<T>(), dresidual ? dresidual->ptr<T>() : nullptr,
+                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, m, k, C});
+    });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     BatchNormBackwardBody<T> body{dx.ptr<T>(), dy.ptr<const T>(), x.ptr<const T>(), channel_walk(dx),
