@@ -214,9 +214,13 @@ TEST_CASE("ddp: bytes per rank per iteration equal the theory (ring, naive)") {
     CHECK((n == 1 || st.traffic().measured));
     CHECK(st.broadcast.traffic.sent == 0);  // the mlp has no buffers
 
-    // And the closed forms on S = the gradients' bytes.
+    // Every gradient starts 16-byte aligned in its bucket (cuDNN needs it on a GPU).
+    for (const Tensor& p : ddp.module().parameters())
+      CHECK(reinterpret_cast<uintptr_t>(p.grad().data<float>()) % 16 == 0);
+    // And the closed forms on S = the buckets' bytes: the gradients, and 2 floats after
+    // fc3.bias (10 floats), which its bucket holds before fc2's gradients.
     const int64_t s = st.backward.gradient_bytes;
-    CHECK(s == 4 * models::make_model("mlp")->num_parameters());
+    CHECK(s == 4 * (models::make_model("mlp")->num_parameters() + 2));
     if (algo == Algorithm::ring) {
       const double theory = 2.0 * (n - 1) / n * static_cast<double>(s);
       // Uneven chunks: at most one element per chunk boundary and bucket.

@@ -37,7 +37,8 @@ class CommHook {
  public:
   virtual ~CommHook() = default;
   virtual std::string name() const = 0;
-  // bucket: (numel) contiguous, this rank's gradients of the bucket's parameters. Must leave
+  // bucket: (numel) contiguous, this rank's gradients of the bucket's parameters (each 16-byte
+  // aligned: zeros between them, which any reduction keeps zero). Must leave
   // the average over every rank in `bucket` once the returned reduction's wait() returns.
   // options carries the algorithm and timeout DDP was given; op is the hook's business.
   virtual BucketReduction launch(ProcessGroup& pg, const Tensor& bucket,

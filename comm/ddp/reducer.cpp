@@ -70,12 +70,11 @@ std::vector<BucketTensor> bucket_tensors(const std::vector<Tensor>& params) {
   return sizes;
 }
 
-// On a GPU each gradient starts 16-byte aligned in its bucket, as a tensor of its own would:
-// kernels write weight gradients straight into the bucket, and cuDNN's fail on a misaligned
-// address (seen on an H100). The few elements between stay zero and are reduced with the rest.
-// The CPU's kernels take any address: there the gradients stay packed.
-int64_t aligned_offset(int64_t offset, DType dtype, Device device) {
-  if (device.is_cpu()) return offset;
+// Each gradient starts 16-byte aligned in its bucket, as a tensor of its own would: kernels
+// write weight gradients straight into the bucket, and cuDNN's fail on a misaligned address
+// (seen on an H100). The few elements between stay zero and are reduced with the rest. The
+// same on every device, so that ranks on different devices hold buckets of one size.
+int64_t aligned_offset(int64_t offset, DType dtype) {
   constexpr int64_t kAlignBytes = 16;
   const int64_t step = std::max<int64_t>(1, kAlignBytes / static_cast<int64_t>(dtype_size(dtype)));
   return (offset + step - 1) / step * step;
@@ -145,12 +144,11 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> assignment) {
     b.params = assignment[k];
     const Tensor& first = params_[b.params.front()];
     std::vector<int64_t> offsets;
-    int64_t total = 0, gradients = 0;
+    int64_t total = 0;
     for (size_t i : b.params) {
-      total = aligned_offset(total, first.dtype(), first.device());
+      total = aligned_offset(total, first.dtype());
       offsets.push_back(total);
       total += params_[i].numel();
-      gradients += params_[i].numel();
     }
     b.buffer = zeros({total}, first.dtype(), first.device());
     for (size_t j = 0; j < b.params.size(); ++j) {
@@ -160,7 +158,7 @@ void Reducer::build_buckets(std::vector<std::vector<size_t>> assignment) {
     }
     b.event.name = "bucket " + std::to_string(k);
     b.event.index = static_cast<int>(k);
-    b.event.bytes = gradients * static_cast<int64_t>(dtype_size(first.dtype()));
+    b.event.bytes = total * static_cast<int64_t>(dtype_size(first.dtype()));
   }
   // Gradients already there (a model trained before, or the buckets being rebuilt) move in;
   // later ones are computed there (Note [Gradient buffers] in framework/autograd.h).

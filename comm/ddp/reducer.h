@@ -50,7 +50,7 @@ struct ReducerStats {
   using Clock = std::chrono::steady_clock;
   bool synchronized = false;  // false under no_sync
   int buckets = 0;
-  int64_t gradient_bytes = 0;  // payload of the buckets (this rank's gradients)
+  int64_t gradient_bytes = 0;  // payload of the buckets: this rank's gradients, each 16-byte aligned
   int unused_parameters = 0;   // got no gradient: reduced as zeros
   // Buckets complete before an earlier one, so launched only once it was (0 when the bucket
   // order is the order the gradients became ready in).
@@ -95,7 +95,7 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
           std::shared_ptr<ProcessGroup> pg, ReducerOptions options);
 
   struct Bucket {
-    Tensor buffer;               // (elements) this bucket's gradients, flat, one dtype
+    Tensor buffer;               // (elements) this bucket's gradients, flat, one dtype, each 16-byte aligned
     std::vector<size_t> params;  // parameter indices, in order within the buffer
     int pending = 0;             // gradients not yet ready in this backward
     BucketReduction reduction;   // in flight between launch and the end of backward
