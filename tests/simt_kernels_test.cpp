@@ -44,6 +44,28 @@ TEST_CASE("batch norm fused with relu(y + residual), forward and backward, and t
   CHECK(sweep_batch_norm_relu(simt(), kFloats));
 }
 
+// Channels-last batch norm merges per-chunk moments (Note [Batch norm with channels innermost]):
+// values far from zero against their spread, where a plain sum of squares would cancel in
+// float (var off by ~20%), still give the reference's statistics and outputs.
+TEST_CASE("channels-last batch norm, f32, values offset by 1000 against a spread of 1") {
+  std::mt19937 rng(21);
+  const Shape shape{4, 8, 9, 7};  // 252 rows of 8 channels: 16 chunks, the last one short
+  const double eps = 1e-5;
+  Buf x = random(shape, DType::f32, Layout::nhwc, rng, 999, 1001), dy = random(shape, DType::f32, Layout::nhwc, rng);
+  Buf g = random({8}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({8}, DType::f32, Layout::nchw, rng);
+  Buf y1 = like(x), y2 = like(x), dx1 = like(x), dx2 = like(x);
+  Buf m1 = make({8}, DType::f32), m2 = make({8}, DType::f32), v1 = make({8}, DType::f32), v2 = make({8}, DType::f32);
+  simt().batch_norm_forward_train(y1.v, m1.v, v1.v, x.v, &g.v, &b.v, eps);
+  ref().batch_norm_forward_train(y2.v, m2.v, v2.v, x.v, &g.v, &b.v, eps);
+  CHECK(close(m1.v, m2.v, 1e-6, 0, "mean"));
+  CHECK(close(v1.v, v2.v, 1e-4, 0, "var"));
+  // y is O(1): a float mean of ~1000 is off by up to ~6e-5, 1e-4 of a deviation of ~0.6.
+  CHECK(close(y1.v, y2.v, 0, 5e-4, "y"));
+  simt().batch_norm_backward(dx1.v, nullptr, nullptr, dy.v, x.v, m2.v, v2.v, &g.v, eps);
+  ref().batch_norm_backward(dx2.v, nullptr, nullptr, dy.v, x.v, m2.v, v2.v, &g.v, eps);
+  CHECK(close(dx1.v, dx2.v, 0, 5e-4, "dx"));
+}
+
 // cuDNN's batch norm saves 1 / sqrt(var + eps) where the table keeps var (cudnn_batch_norm.cpp):
 // the own kernel that converts, against the formula in f64, both ways and round trip.
 TEST_CASE("batch norm statistics: the biased variance from 1/sqrt(var + eps) and back") {

@@ -83,26 +83,22 @@ struct ParamDesc {
 // forward 2.53 ms, persistent mode 1.49, spatial on an NCHW copy 0.50 (backward 3.93, 2.13,
 // 0.78), where reading and writing the operands takes ~0.05. So each channels-last op (plain
 // or fused with relu) times the ways it has on the first call of each shape and keeps the
-// fastest: spatial, cuDNN's persistent mode (PyTorch's choice for channels-last training),
-// spatial on an NCHW copy of the operands copied back, and the own kernels (coalesced for
-// channels innermost, the relu fused: Note [Batch norm with channels innermost] in
-// kernels/simt/batch_norm.h). Each way writes only its outputs, so a run can be repeated;
-// not while a CUDA graph is being captured (the warm-up's choice serves it, else spatial) or
-// when an output aliases an input. cudnn_batch_norm_choices() lists the times.
-enum class Way { spatial, persistent, via_nchw, own };
+// fastest: spatial, spatial on an NCHW copy of the operands copied back, and the own kernels
+// (coalesced for channels innermost, the relu fused: Note [Batch norm with channels
+// innermost] in kernels/simt/batch_norm.h). Persistent mode is left out: never the fastest
+// there, and cuDNN documents that it may overflow into NaN without an error. Each way writes
+// only its outputs, so a run can be repeated; not while a CUDA graph is being captured (the
+// warm-up's choice serves it, else spatial) or when an output aliases an input.
+// cudnn_batch_norm_choices() lists the times.
+enum class Way { spatial, via_nchw, own };
 
 const char* way_name(Way w) {
   switch (w) {
     case Way::spatial: return "spatial";
-    case Way::persistent: return "persistent";
     case Way::via_nchw: return "spatial on an NCHW copy";
     case Way::own: return "own kernels";
   }
   return "?";
-}
-
-cudnnBatchNormMode_t mode_of(Way w) {
-  return w == Way::persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
 }
 
 // A dense NCHW copy of an operand in scratch memory (filled from it, or to be copied back).
@@ -118,7 +114,8 @@ struct NchwCopy {
 };
 
 struct WayKey {
-  std::string op;
+  std::string op;  // and the layouts of operands other than x, where they may differ
+  int device;
   Shape shape;
   DType dtype;
   auto operator<=>(const WayKey&) const = default;
@@ -145,7 +142,9 @@ bool capturing() {
 template <class Run>
 Way choose_way(const char* op, const View& x, bool may_repeat, const Run& run) {
   if (!x.is_channels_last() || x.is_contiguous()) return Way::spatial;
-  const WayKey key{op, x.shape, x.dtype};
+  int device = 0;
+  RF_CHECK_CUDA(cudaGetDevice(&device));
+  const WayKey key{op, device, x.shape, x.dtype};
   WayCache& cache = way_cache();
   {
     std::lock_guard lock(cache.mutex);
@@ -155,12 +154,15 @@ Way choose_way(const char* op, const View& x, bool may_repeat, const Run& run) {
   std::string line = std::string(op) + " " + dtype_name(x.dtype) + " x " + shape_str(x.shape) + " nhwc:";
   Way best = Way::spatial;
   float best_ms = -1;
-  for (const Way w : {Way::spatial, Way::persistent, Way::via_nchw, Way::own}) {
+  for (const Way w : {Way::spatial, Way::via_nchw, Way::own}) {
     bool ok = true;
     float ms = 0;
     try {
       ms = time_best_of_two([&] { ok = ok && run(w); });
-    } catch (const std::runtime_error&) {  // a status other than not-supported: not this way
+    } catch (const std::runtime_error&) {
+      // A cuDNN status other than not-supported refuses this way; a fault of the device
+      // (sticky) ends the search.
+      if (cudaPeekAtLastError() != cudaSuccess) throw;
       ok = false;
     }
     line += " ";
@@ -183,7 +185,7 @@ bool aliases(const View& a, const View& b) { return a.data == b.data; }
 bool cudnn_forward(Way way, const View& y, const View& mean, const View& var, const View& x,
                    const View& gamma, const View& beta, double eps) {
   if (way == Way::via_nchw) {
-    NchwCopy xt(x, true), yt(y, false);
+    NchwCopy xt(x, /*fill=*/true), yt(y, /*fill=*/false);
     if (!cudnn_forward(Way::spatial, yt.view, mean, var, xt.view, gamma, beta, eps)) return false;
     copy(y, yt.view);
     return true;
@@ -194,7 +196,7 @@ bool cudnn_forward(Way way, const View& y, const View& mean, const View& var, co
   StatsBuffer invstd(var);
   // No running statistics here (factor 0, null): the framework updates them from mean and var.
   const cudnnStatus_t status = cudnnBatchNormalizationForwardTraining(
-      cudnn_handle(), mode_of(way), s.one(), s.zero(), xd.d, x.data, xd.d, y.data, pd.d, gamma.data,
+      cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), xd.d, x.data, xd.d, y.data, pd.d, gamma.data,
       beta.data, 0.0, nullptr, nullptr, eps, mean.data, invstd.view.data);
   if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
   RF_CHECK_CUDNN(status);
@@ -206,7 +208,7 @@ bool cudnn_forward(Way way, const View& y, const View& mean, const View& var, co
 bool cudnn_backward(Way way, const View& dx, const View& dgamma, const View& dbeta, const View& dy,
                     const View& x, const View& mean, const View& var, const View& gamma, double eps) {
   if (way == Way::via_nchw) {
-    NchwCopy dxt(dx, false), dyt(dy, true), xt(x, true);
+    NchwCopy dxt(dx, /*fill=*/false), dyt(dy, /*fill=*/true), xt(x, /*fill=*/true);
     if (!cudnn_backward(Way::spatial, dxt.view, dgamma, dbeta, dyt.view, xt.view, mean, var, gamma, eps))
       return false;
     copy(dx, dxt.view);
@@ -218,7 +220,7 @@ bool cudnn_backward(Way way, const View& dx, const View& dgamma, const View& dbe
   StatsBuffer invstd(var);
   batch_norm_convert_stats(invstd.view, var, eps, /*to_var=*/false);
   const cudnnStatus_t status = cudnnBatchNormalizationBackward(
-      cudnn_handle(), mode_of(way), s.one(), s.zero(), s.one(), s.zero(), xd.d, x.data, xd.d, dy.data, xd.d,
+      cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, s.one(), s.zero(), s.one(), s.zero(), xd.d, x.data, xd.d, dy.data, xd.d,
       dx.data, pd.d, gamma.data, dgamma.data, dbeta.data, eps, mean.data, invstd.view.data);
   if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
   RF_CHECK_CUDNN(status);
@@ -242,8 +244,9 @@ void forward_train(const View& y, const View& mean, const View& var, const View&
   const auto own = [&] { own_forward_train(y, mean, var, x, gamma, beta, eps); };
   if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps)) return own();
   const auto run = [&](Way w) {
-    if (w == Way::own) return own(), true;
-    return cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps);
+    if (w != Way::own) return cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps);
+    own();
+    return true;
   };
   // A shape or dtype cuDNN refuses has written nothing: the own kernels take it.
   if (!run(choose_way("forward", x, !aliases(y, x), run))) own();
@@ -257,8 +260,9 @@ void backward(const View& dx, const View* dgamma, const View* dbeta, const View&
     return own();
   const ParamGrads pg(dgamma, dbeta, var);
   const auto run = [&](Way w) {
-    if (w == Way::own) return own(), true;
-    return cudnn_backward(w, dx, pg.dgamma, pg.dbeta, dy, x, mean, var, *gamma, eps);
+    if (w != Way::own) return cudnn_backward(w, dx, pg.dgamma, pg.dbeta, dy, x, mean, var, *gamma, eps);
+    own();
+    return true;
   };
   if (!run(choose_way("backward", x, !aliases(dx, dy) && !aliases(dx, x), run))) own();
 }
@@ -271,13 +275,20 @@ void relu_forward_train(const View& y, const View& mean, const View& var, const 
   const auto own = [&] { own_relu_forward_train(y, mean, var, x, gamma, beta, residual, eps); };
   if (!takes(x, {&y}, {&mean, &var, gamma, beta}, eps) || (residual && residual->dtype != x.dtype)) return own();
   const auto run = [&](Way w) {
-    if (w == Way::own) return own(), true;
+    if (w == Way::own) {
+      own();
+      return true;
+    }
     if (!cudnn_forward(w, y, mean, var, x, *gamma, *beta, eps)) return false;
     batch_norm_add_relu(y, residual);
     return true;
   };
   const bool may_repeat = !aliases(y, x) && (!residual || !aliases(y, *residual));
-  if (!run(choose_way(residual ? "forward, relu(+ residual)" : "forward, relu", x, may_repeat, run))) own();
+  // The own kernels read along the rows only where the residual is channels-last too.
+  const char* op = !residual                                 ? "forward, relu"
+                   : tensor_dims(*residual) == tensor_dims(x) ? "forward, relu(+ residual)"
+                                                              : "forward, relu(+ residual in another layout)";
+  if (!run(choose_way(op, x, may_repeat, run))) own();
 }
 
 void relu_backward(const View& dx, const View* dresidual, const View* dgamma, const View* dbeta,
@@ -298,7 +309,10 @@ void relu_backward(const View& dx, const View* dresidual, const View* dgamma, co
   }
   const ParamGrads pg(dgamma, dbeta, var);
   const auto run = [&](Way w) {
-    if (w == Way::own) return own(), true;
+    if (w == Way::own) {
+      own();
+      return true;
+    }
     cuda_backend()->binary(BinaryOp::relu_backward, dz, dy, y);
     return cudnn_backward(w, dx, pg.dgamma, pg.dbeta, dz, x, mean, var, *gamma, eps);
   };

@@ -249,32 +249,39 @@ struct Moments {
   }
 };
 
-// Phase 1 forward: thread (p, c) -> the moments of chunk p of channel c, shifted by its first
-// value so that the sums of squares do not cancel.
+// Phase 1 forward: thread (p, c) -> the moments of chunk p of channel c (Welford's update:
+// no sum of squares to cancel, whatever the values' offset).
 template <class T>
 struct ChunkMomentsBody {
   const T* x;
   ChannelChunks cc;
-  acc_t<T>* mean;  // [chunks * C]
-  acc_t<T>* m2;
+  acc_t<T>* mean;  // (chunks, C): each chunk's mean of each channel
+  acc_t<T>* m2;    // (chunks, C): its sum of squared deviations from that mean
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
     const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p);
     const T* col = x + p * cc.chunk * cc.C + c;
-    const A shift = load(col[0]);
-    A s1 = 0, s2 = 0;
+    A mu = 0, sq = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      const A d = load(col[r * cc.C]) - shift;
-      s1 = s1 + d;
-      s2 = s2 + d * d;
+      const A v = load(col[r * cc.C]), d = v - mu;
+      mu = mu + d / static_cast<A>(r + 1);
+      sq = sq + d * (v - mu);
     }
-    const A n = static_cast<A>(rows);
-    mean[i] = shift + s1 / n;
-    m2[i] = s2 - s1 * s1 / n;
+    mean[i] = mu;
+    m2[i] = sq;
   }
 };
 
-// Phase 2 forward: block per channel -> mean, var and the coefficients y = x * scale + shift.
+// The per-channel coefficients of y = (x - center) * scale + shift (centred first: x * scale +
+// (shift - center * scale) would cancel where the mean is large against the deviation).
+template <class A>
+struct NormCoefficients {
+  A* center;  // (C)
+  A* scale;
+  A* shift;
+};
+
+// Phase 2 forward: block per channel -> mean, var and the coefficients of phase 3.
 template <class T>
 struct MergeMomentsBody {
   ChannelChunks cc;
@@ -282,8 +289,7 @@ struct MergeMomentsBody {
   const acc_t<T>* chunk_m2;
   ChannelVector mean, var, gamma, beta;
   double eps;
-  acc_t<T>* scale;  // [C]
-  acc_t<T>* shift;
+  NormCoefficients<acc_t<T>> out;
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t c) const {
     using A = acc_t<T>;
@@ -296,26 +302,26 @@ struct MergeMomentsBody {
       const A k = static_cast<A>(gamma.get(c, 1.0)) / simt::sqrt(v + static_cast<A>(eps));
       mean.set(c, m.mean);
       var.set(c, v);
-      scale[c] = k;
-      shift[c] = static_cast<A>(beta.get(c, 0.0)) - m.mean * k;
+      out.center[c] = m.mean;
+      out.scale[c] = k;
+      out.shift[c] = static_cast<A>(beta.get(c, 0.0));
     });
   }
 };
 
-// Phase 3 forward: y = relu?(x * scale + shift + residual), every operand (M, C).
+// Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand (M, C).
 template <class T>
 struct NormalizeRowsBody {
   T* y;
   const T* x;
   const T* residual;  // may be null
-  const acc_t<T>* scale;
-  const acc_t<T>* shift;
+  NormCoefficients<acc_t<T>> k;
   int64_t C;
   bool relu;
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
     const int64_t c = i % C;
-    A v = load(x[i]) * scale[c] + shift[c];
+    A v = (load(x[i]) - k.center[c]) * k.scale[c] + k.shift[c];
     if (residual) v = v + load(residual[i]);
     y[i] = store<T>(relu && !(v > A(0)) ? A(0) : v);
   }
@@ -336,8 +342,8 @@ struct ChunkGradSumsBody {
   const T* y;  // may be null
   ChannelChunks cc;
   ChannelVector mean;
-  acc_t<T>* sum_dz;  // [chunks * C]
-  acc_t<T>* sum_dz_xmu;
+  acc_t<T>* sum_dz;      // (chunks, C)
+  acc_t<T>* sum_dz_xmu;  // (chunks, C)
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
     const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p), first = p * cc.chunk * cc.C + c;
@@ -357,7 +363,7 @@ struct ChunkGradSumsBody {
 // The per-channel coefficients of dx = k_scale * (dz - k_mean_dz - (x - mean) * k_xmu).
 template <class A>
 struct GradCoefficients {
-  A* scale;
+  A* scale;  // (C)
   A* mean_dz;
   A* xmu;
 };
@@ -453,13 +459,12 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       Scratch<Exec, A> scratch;
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
-      A* scale = scratch.take(C);
-      A* shift = scratch.take(C);
+      const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
       exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
-      exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, scale, shift});
+      exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       exec.elementwise(x.numel(), NormalizeRowsBody<T>{y.ptr<T>(), x.ptr<const T>(),
-                                                       residual ? residual->ptr<const T>() : nullptr, scale,
-                                                       shift, C, relu});
+                                                       residual ? residual->ptr<const T>() : nullptr, k, C,
+                                                       relu});
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);

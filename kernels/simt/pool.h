@@ -130,7 +130,7 @@ struct Walk4 {
 inline Walk4 walk_of(const View& v) { return {v.is_channels_last() && !v.is_contiguous()}; }
 
 // The forward keeps each window's argmax, ih * W + iw, in `argmax` (one int32 per output, in
-// y's logical order), so that the backward reads one index per window holding an input cell
+// the order x's layout walks y: Walk4), so that the backward reads one index per window holding an input cell
 // instead of searching each window again (9 reads of x per window for 3x3).
 template <class T>
 struct MaxPoolForwardBody {
