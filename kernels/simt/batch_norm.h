@@ -360,11 +360,12 @@ struct ChunkGradSumsBody {
   }
 };
 
-// The per-channel coefficients of dx = k_scale * (dz - k_mean_dz - (x - mean) * k_xmu).
+// The per-channel coefficients of dx = scale * (dz - mean_dz - (x - center) * xmu).
 template <class A>
 struct GradCoefficients {
   A* scale;  // (C)
   A* mean_dz;
+  A* center;  // the batch's mean
   A* xmu;
 };
 
@@ -379,7 +380,7 @@ struct MergeGradSumsBody {
   ChannelChunks cc;
   const acc_t<T>* sum_dz;
   const acc_t<T>* sum_dz_xmu;
-  ChannelVector var, gamma, dgamma, dbeta;
+  ChannelVector mean, var, gamma, dgamma, dbeta;
   double eps;
   GradCoefficients<acc_t<T>> out;
   template <class Block>
@@ -395,6 +396,7 @@ struct MergeGradSumsBody {
       if (dbeta.p) dbeta.set(c, s.a);
       out.scale[c] = static_cast<A>(gamma.get(c, 1.0)) * invstd;
       out.mean_dz[c] = s.a / n;
+      out.center[c] = static_cast<A>(mean.get(c, 0.0));
       out.xmu[c] = sum_dz_xhat / n * invstd;
     });
   }
@@ -408,14 +410,13 @@ struct GradRowsBody {
   const T* dy;
   const T* x;
   const T* y;  // may be null
-  ChannelVector mean;
   GradCoefficients<acc_t<T>> k;
   int64_t C;
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
     const int64_t c = i % C;
     const A g = masked_dy(dy, y, i);
-    dx[i] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(x[i]) - static_cast<A>(mean.get(c, 0.0))) * k.xmu[c]));
+    dx[i] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(x[i]) - k.center[c]) * k.xmu[c]));
     if (dresidual) dresidual[i] = store<T>(g);
   }
 };
@@ -523,13 +524,13 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
-      const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
+      const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
       const T* yp = y ? y->ptr<const T>() : nullptr;
       exec.elementwise(cc.chunks * C,
                        ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
-      exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, v, g, dg, db, eps, k});
+      exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       exec.elementwise(x.numel(), GradRowsBody<T>{dx.ptr<T>(), dresidual ? dresidual->ptr<T>() : nullptr,
-                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, m, k, C});
+                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, k, C});
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
