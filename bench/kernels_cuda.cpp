@@ -41,6 +41,7 @@
 #include "ringflow/framework/ringflow.h"
 #include "ringflow/kernels/cuda/cudnn_conv_plan.h"
 #include "ringflow/kernels/cuda_memory.h"
+#include "ringflow/kernels/cudnn_choices.h"
 
 namespace ringflow::bench {
 namespace {
@@ -436,6 +437,9 @@ int run_cuda_kernels(const CudaKernelOptions& o) {
   }
   cudnnDestroy(h);
   o.json ? print_json(rows, o, nhwc) : print_rows(rows, o, nhwc);
+  // What ringflow's op ran for each shape: tensor-core engines or not, beside the other API's best.
+  if (!o.json)
+    for (const std::string& line : cudnn_conv_choices()) fmt::print("cudnn conv {}\n", line);
   return std::all_of(rows.begin(), rows.end(), [](const ConvRow& r) { return r.ok(); }) ? 0 : 1;
 }
 
