@@ -27,9 +27,17 @@ Tensor empty_like(const Tensor& t);
 // or contiguous for MemoryLayout::strided: Note [blocked tensors].
 Tensor empty_blocked(const Shape& shape, MemoryLayout layout, DType dtype = DType::f32,
                      Device device = Device::cpu());
-// `shape` in like's dtype and device, laid out as like is for kernels: its kernel_layout()
-// where blocked, else channels-last or contiguous as empty_like. For the outputs of the ops of
-// Note [blocked operands].
+// How a tensor is laid out for kernels: its kernel_layout() where blocked, else channels-last
+// or contiguous as empty_like; kept by a backward that does not keep the tensor itself.
+struct ActivationLayout {
+  MemoryLayout blocked = MemoryLayout::strided;
+  bool channels_last = false;
+  explicit ActivationLayout(const Tensor& t);
+  // A new `shape` tensor so laid out (channels-last for a 4-D shape only).
+  Tensor empty(const Shape& shape, DType dtype, Device device) const;
+};
+// `shape` in like's dtype, device and ActivationLayout: the outputs of the ops of Note [blocked
+// operands].
 Tensor empty_like_layout(const Tensor& like, const Shape& shape);
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());

@@ -58,11 +58,17 @@ Tensor empty_blocked(const Shape& shape, MemoryLayout layout, DType dtype, Devic
   return t;
 }
 
+ActivationLayout::ActivationLayout(const Tensor& t)
+    : blocked(t.kernel_layout()), channels_last(t.is_channels_last() && !t.is_contiguous()) {}
+
+Tensor ActivationLayout::empty(const Shape& shape, DType dtype, Device device) const {
+  if (blocked != MemoryLayout::strided) return empty_blocked(shape, blocked, dtype, device);
+  if (shape.size() == 4 && channels_last) return empty_channels_last(shape, dtype, device);
+  return ringflow::empty(shape, dtype, device);
+}
+
 Tensor empty_like_layout(const Tensor& like, const Shape& shape) {
-  if (like.kernel_layout() != MemoryLayout::strided) return empty_blocked(shape, like.layout(), like.dtype(), like.device());
-  if (shape.size() == 4 && like.is_channels_last() && !like.is_contiguous())
-    return empty_channels_last(shape, like.dtype(), like.device());
-  return empty(shape, like.dtype(), like.device());
+  return ActivationLayout(like).empty(shape, like.dtype(), like.device());
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {

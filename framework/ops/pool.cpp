@@ -34,19 +34,6 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mod
   return out;
 }
 
-// x's layout for the kernels (Note [blocked tensors]), kept for a backward that does not
-// keep x itself.
-struct LayoutOf {
-  MemoryLayout blocked;
-  bool channels_last;
-  explicit LayoutOf(const Tensor& x)
-      : blocked(x.kernel_layout()), channels_last(x.is_channels_last() && !x.is_contiguous()) {}
-  Tensor empty(const Shape& shape, DType dtype, Device device) const {
-    if (blocked != MemoryLayout::strided) return empty_blocked(shape, blocked, dtype, device);
-    return channels_last ? empty_channels_last(shape, dtype, device) : ringflow::empty(shape, dtype, device);
-  }
-};
-
 void check_4d(const Tensor& x, const char* op) {
   RF_CHECK(x.dim() == 4, op, ": input must be 4-D (N, C, H, W), got ", shape_str(x.shape()));
 }
@@ -89,7 +76,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
       y.kernel_view_any_layout(), x.kernel_view_any_layout(), p);
   if (grad_needed({x}))
     record("AvgPool2dBackward", {x}, y,
-           [xs = x.shape(), layout = LayoutOf(x), dtype = x.dtype(), p](const Tensor& g) {
+           [xs = x.shape(), layout = ActivationLayout(x), dtype = x.dtype(), p](const Tensor& g) {
       Tensor dx = layout.empty(xs, dtype, g.device());
       kernel(g.device(), &Backend::avg_pool2d_backward, "avg_pool2d_backward")(
           dx.kernel_view_any_layout(), g.kernel_view_any_layout(), p);
@@ -108,7 +95,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) 
       y.kernel_view_any_layout(), x.kernel_view_any_layout());
   if (grad_needed({x}))
     record("AdaptiveAvgPool2dBackward", {x}, y,
-           [xs = x.shape(), layout = LayoutOf(x), dtype = x.dtype()](const Tensor& g) {
+           [xs = x.shape(), layout = ActivationLayout(x), dtype = x.dtype()](const Tensor& g) {
       Tensor dx = layout.empty(xs, dtype, g.device());
       kernel(g.device(), &Backend::adaptive_avg_pool2d_backward, "adaptive_avg_pool2d_backward")(
           dx.kernel_view_any_layout(), g.kernel_view_any_layout());

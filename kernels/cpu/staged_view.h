@@ -45,10 +45,4 @@ class Strided : public StagedView {
       : StagedView(v, v.layout != MemoryLayout::strided, v.dtype, contiguous_strides(v.shape), is_input) {}
 };
 
-inline bool any_blocked(std::initializer_list<const View*> views) {
-  for (const View* v : views)
-    if (v && v->layout != MemoryLayout::strided) return true;
-  return false;
-}
-
 }  // namespace ringflow::cpu

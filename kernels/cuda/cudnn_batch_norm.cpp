@@ -131,11 +131,8 @@ WayCache& way_cache() {
   return *cache;
 }
 
-bool capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  RF_CHECK_CUDA(cudaStreamIsCapturing(compute_stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
+// This thread's work goes to a CUDA graph's capture (compute_stream, cuda_kernels.h).
+bool capturing() { return compute_stream() != cudaStreamLegacy; }
 
 // The way for x's shape: spatial for NCHW; for channels-last the cached choice, or, on a
 // miss, each way run by `run` (false where cuDNN refuses it) and timed, the fastest kept.
