@@ -204,14 +204,15 @@ TEST_CASE("cuDNN conv on any strides and dtypes matches the reference, gaps unto
       const int64_t Q = (c.W + c.left + c.right - c.dilation_w * (c.S - 1) - 1) / c.stride_w + 1;
       const Shape xs = {c.N, c.C, c.H, c.W}, ws = {c.K, c.C, c.R, c.S}, ys = {c.N, c.K, P, Q};
       const Act out = c.out;
-      CAPTURE(dtype_name(dt));
+      // Names as strings: CAPTURE printed a const char* as its address.
+      CAPTURE(std::string(dtype_name(dt)));
       CAPTURE(shape_str(xs));
       CAPTURE(shape_str(ws));
       CAPTURE(shape_str({c.stride_h, c.stride_w, c.dilation_h, c.dilation_w, c.top, c.bottom,
                          c.left, c.right}));
-      CAPTURE(act_name(c.in));
-      CAPTURE(act_name(out));
-      CAPTURE(filt_name(c.w));
+      CAPTURE(std::string(act_name(c.in)));
+      CAPTURE(std::string(act_name(out)));
+      CAPTURE(std::string(filt_name(c.w)));
 
       // Inputs: x (N, C, H, W), w (K, C, R, S), bias (K), dy (N, K, P, Q).
       Operand x(dt, xs, act_strides(xs, c.in), 3), w(dt, ws, filt_strides(ws, c.w), 5);

@@ -5,8 +5,8 @@
 // cudnn.benchmark does, and the fastest that qualifies is cached (Note [cuDNN's two
 // convolution APIs] in cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in
 // cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot describe
-// are copied dense first; asymmetric padding goes to the graph API as it is, or to the legacy
-// API through explicit zeros (Note [Asymmetric padding on cuDNN]).
+// are copied dense first; asymmetric padding reaches cuDNN as explicit zeros (Note [Asymmetric
+// padding on cuDNN]).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy conv API of cuDNN 9
 
@@ -139,13 +139,12 @@ struct LegacyCall {
 };
 
 ConvKey conv_key(ConvDirection direction, const View& x, const View& w, const View& y,
-                 const Conv2dParams& p, bool tf32, bool explicit_zeros, bool nhwc) {
+                 const Conv2dParams& p, bool tf32, bool nhwc) {
   ConvKey key;
   RF_CHECK_CUDA(cudaGetDevice(&key.device));
   key.direction = direction;
   key.dtype = x.dtype;
   key.tf32 = tf32;
-  key.explicit_zeros = explicit_zeros;
   key.x = *tensor_dims(x, nhwc);
   key.y = *tensor_dims(y, nhwc);
   key.w = {static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
@@ -382,16 +381,13 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
 }
 
 // Runs one direction on operands in one layout that cuDNN describes (x, w, y: dx / dw / dy as
-// the direction has them). `graph`: the candidates of both APIs compete, asymmetric padding
-// going to the graph API alone; else only the legacy API's, for operands padded with explicit
-// zeros. Returns false when the graph API had no plan for asymmetric padding (the caller then
-// pads); throws NoAlgorithm when nothing qualified otherwise.
-bool run_conv(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p,
-              bool nhwc, bool graph, const char* op) {
+// the direction has them), padded alike on both sides: the candidates of both APIs compete.
+// Throws NoAlgorithm when none qualified.
+void run_conv(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc,
+              const char* op) {
   const bool tf32 = allow_tf32();  // read once per call, first: the descriptors and the key agree
   const ConvPadding pad = conv_padding(p);
-  const bool legacy = !pad.explicit_zeros();
-  const ConvKey key = conv_key(d, x, w, y, p, tf32, /*explicit_zeros=*/!graph, nhwc);
+  const ConvKey key = conv_key(d, x, w, y, p, tf32, nhwc);
   cudnnHandle_t h = cudnn_handle();
   std::optional<LegacyCall> call;  // made when the legacy API searches or runs
   const auto legacy_call = [&]() -> const LegacyCall& {
@@ -399,20 +395,15 @@ bool run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
     return *call;
   };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
-    if (graph)
-      if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc))
-        graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
-    if (legacy) legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
+    if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
+    legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
   });
-  if (c.none) {
-    if (graph && !legacy) return false;
+  if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +
                       " w " + shape_str(w.shape) + " " + dtype_name(x.dtype) + " (candidates: " + c.why + ")");
-  }
   DeviceBuffer workspace(c.candidate.workspace);
   if (c.plan) execute(h, *c.plan, x.data, w.data, y.data, workspace.data());
   else legacy_run(d, h, legacy_call(), c, x, w, y, workspace.data());
-  return true;
 }
 
 // p with the padding cuDNN's legacy API gets once the explicit zeros carry the rest.
@@ -496,11 +487,13 @@ void forward_in(const View& y, const View& x, const View& w, const View* bias, c
   const View xv = operand(x, nhwc, /*fill=*/true, xb);
   const View wv = filter_operand(w, nhwc, wb);
   const View yv = operand(y, nhwc, /*fill=*/false, yb);
-  if (!run_conv(ConvDirection::forward, xv, wv, yv, p, nhwc, /*graph=*/true, op)) {
-    const ConvPadding pad = conv_padding(p);
+  const ConvPadding pad = conv_padding(p);
+  if (pad.explicit_zeros()) {
     std::optional<DeviceBuffer> pb;
     const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
-    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), nhwc, /*graph=*/false, op);
+    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), nhwc, op);
+  } else {
+    run_conv(ConvDirection::forward, xv, wv, yv, p, nhwc, op);
   }
   if (bias) {
     if (bias->dtype != y.dtype || bias->dim() != 1 || bias->shape[0] != y.shape[1])
@@ -519,14 +512,16 @@ void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2
   const View dxv = operand(dx, nhwc, /*fill=*/false, dxb);
   const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
   const View wv = filter_operand(w, nhwc, wb);
-  if (!run_conv(ConvDirection::backward_data, dxv, wv, dyv, p, nhwc, /*graph=*/true, op)) {
+  const ConvPadding pad = conv_padding(p);
+  if (pad.explicit_zeros()) {
     // Into a buffer with the explicit zeros' rows and columns; its interior is dx.
-    const ConvPadding pad = conv_padding(p);
     std::optional<DeviceBuffer> pb;
     View interior;
     const View big = padded(dxv, pad, /*fill_from_x=*/false, nhwc, pb, &interior);
-    run_conv(ConvDirection::backward_data, big, wv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
+    run_conv(ConvDirection::backward_data, big, wv, dyv, symmetric(p, pad), nhwc, op);
     copy(dxv, interior);
+  } else {
+    run_conv(ConvDirection::backward_data, dxv, wv, dyv, p, nhwc, op);
   }
   if (dxv.data != dx.data) copy(dx, dxv);
 }
@@ -558,11 +553,13 @@ void backward_weights_in(const View& dw, const View* db, const View& dy, const V
   const View xv = operand(x, nhwc, /*fill=*/true, xb);
   const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
   const View dwv = filter_output(dw, nhwc, dwb);
-  if (!run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, /*graph=*/true, op)) {
-    const ConvPadding pad = conv_padding(p);
+  const ConvPadding pad = conv_padding(p);
+  if (pad.explicit_zeros()) {
     std::optional<DeviceBuffer> pb;
     const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
-    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), nhwc, /*graph=*/false, op);
+    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), nhwc, op);
+  } else {
+    run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, op);
   }
   if (dwv.data != dw.data) copy(dw, dwv);
   if (db) backward_bias(*db, dyv, nhwc);

@@ -1,9 +1,11 @@
 // How a convolution over strided Views maps onto cuDNN's descriptors, in plain C++ so that a
 // host test checks it without a GPU (tests/cudnn_conv_plan_test.cpp). Used by cudnn_conv.cpp.
 //
-// Note [Asymmetric padding on cuDNN]: the graph API takes padding before and after each axis;
-// the legacy API pads symmetrically. For it, with pad_top != pad_bottom (or left != right),
-// cuDNN gets the smaller of the two on each axis, and x is first copied into a zeroed buffer
+// Note [Asymmetric padding on cuDNN]: the legacy API pads symmetrically; the graph API takes
+// padding before and after each axis, but one of its backward-filter engines returned a wrong
+// dw for such a convolution on an H100 (f32, pre (0, 2), post (1, 0): tests/cuda_conv_test.cpp,
+// chosen in one run of three). So with pad_top != pad_bottom (or left != right) cuDNN gets the
+// smaller of the two on each axis, for both APIs, and x is first copied into a zeroed buffer
 // that carries the rest (`extra_*`) as explicit zero rows/columns; backward-data writes into
 // such a buffer and its interior is copied into dx.
 #pragma once
@@ -100,9 +102,6 @@ struct ConvKey {
   ConvDirection direction = ConvDirection::forward;
   DType dtype = DType::f32;
   bool tf32 = false;
-  // The legacy API on operands padded with explicit zeros (Note [Asymmetric padding on
-  // cuDNN]), after the graph API had no plan for the unpadded ones.
-  bool explicit_zeros = false;
   TensorDims x, y;
   std::array<int, 4> w{};
   FilterLayout w_layout = FilterLayout::nchw;
@@ -110,7 +109,7 @@ struct ConvKey {
   std::array<int64_t, 8> params{};
   std::array<int, 3> align{};  // alignment() of x, w, y
   auto tie() const {
-    return std::tie(device, direction, dtype, tf32, explicit_zeros, x.sizes, x.strides, y.sizes,
+    return std::tie(device, direction, dtype, tf32, x.sizes, x.strides, y.sizes,
                     y.strides, w, w_layout, params, align);
   }
   bool operator<(const ConvKey& o) const { return tie() < o.tie(); }
