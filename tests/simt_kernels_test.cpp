@@ -7,6 +7,7 @@
 // models use is missing. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ringflow/kernels/cuda_devices.h"
 #include "ringflow/kernels/simt/batch_norm.h"
 #include "ringflow/kernels/simt/conv.h"
+#include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/kernels/simt/host_exec.h"
 #include "ringflow/kernels/simt/simt.h"
@@ -27,6 +29,37 @@ using namespace sweep;
 const Backend& simt() { return simt_host_backend(); }
 const Backend& ref() { return reference_backend(); }
 const std::vector<DType> kFloats = {DType::f32, DType::f64, DType::f16, DType::bf16};
+
+TEST_CASE("FastDiv: n / d as the CPU's division gives it, at the edges of its range and beyond") {
+  constexpr int64_t kTop = (int64_t{1} << 31) - 1;  // the largest n and d of the fast path
+  std::vector<int64_t> divisors, numerators;
+  for (int64_t d = 1; d <= 300; ++d) divisors.push_back(d);
+  for (int64_t k = 9; k <= 31; ++k)
+    for (int64_t e : {-1, 0, 1}) divisors.push_back(std::min((int64_t{1} << k) + e, kTop));
+  for (int64_t d : {int64_t{3} * 7 * 11 * 13 * 17, int64_t{123456789}, kTop}) divisors.push_back(d);
+  uint64_t state = 42;  // splitmix-like: numerators spread over [0, 2^31)
+  for (int i = 0; i < 2000; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    numerators.push_back(static_cast<int64_t>(state >> 33));
+  }
+  int64_t bad = 0;
+  for (int64_t d : divisors) {
+    const simt::FastDiv fast(d, kTop);
+    std::vector<int64_t> ns = numerators;
+    // Every multiple of d near the top and the values around it, where rounding would show.
+    for (int64_t m : {int64_t{0}, int64_t{1}, int64_t{2}, kTop / d - 1, kTop / d})
+      for (int64_t e : {-1, 0, 1}) ns.push_back(std::clamp(m * d + e, int64_t{0}, kTop));
+    for (int64_t n : ns) {
+      int64_t q, r;
+      fast.divmod(n, q, r);
+      bad += q != n / d || r != n % d;
+    }
+  }
+  CHECK(bad == 0);
+  // Past 2^31 it divides plainly.
+  const simt::FastDiv wide(7, int64_t{1} << 40);
+  CHECK(wide.div((int64_t{1} << 40) + 5) == ((int64_t{1} << 40) + 5) / 7);
+}
 
 TEST_CASE("direct convolutions (the GPU's without cuDNN): the sweep, every floating dtype") {
   Backend table = simt();

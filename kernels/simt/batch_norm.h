@@ -12,6 +12,7 @@
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/indexer.h"
 #include "ringflow/kernels/simt/simt.h"
 
@@ -316,11 +317,11 @@ struct NormalizeRowsBody {
   const T* x;
   const T* residual;  // may be null
   NormCoefficients<acc_t<T>> k;
-  int64_t C;
+  FastDiv C;  // the channel of element i: C.mod(i)
   bool relu;
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
-    const int64_t c = i % C;
+    const int64_t c = C.mod(i);
     A v = (load(x[i]) - k.center[c]) * k.scale[c] + k.shift[c];
     if (residual) v = v + load(residual[i]);
     y[i] = store<T>(relu && !(v > A(0)) ? A(0) : v);
@@ -411,10 +412,10 @@ struct GradRowsBody {
   const T* x;
   const T* y;  // may be null
   GradCoefficients<acc_t<T>> k;
-  int64_t C;
+  FastDiv C;  // the channel of element i: C.mod(i)
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
-    const int64_t c = i % C;
+    const int64_t c = C.mod(i);
     const A g = masked_dy(dy, y, i);
     dx[i] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(x[i]) - k.center[c]) * k.xmu[c]));
     if (dresidual) dresidual[i] = store<T>(g);
@@ -464,8 +465,8 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       exec.elementwise(x.numel(), NormalizeRowsBody<T>{y.ptr<T>(), x.ptr<const T>(),
-                                                       residual ? residual->ptr<const T>() : nullptr, k, C,
-                                                       relu});
+                                                       residual ? residual->ptr<const T>() : nullptr, k,
+                                                       FastDiv(C, x.numel()), relu});
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -530,7 +531,8 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
                        ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       exec.elementwise(x.numel(), GradRowsBody<T>{dx.ptr<T>(), dresidual ? dresidual->ptr<T>() : nullptr,
-                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, k, C});
+                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, k,
+                                                  FastDiv(C, x.numel())});
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);

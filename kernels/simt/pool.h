@@ -11,6 +11,7 @@
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/reference/reference_kernels.h"
 #include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/simt.h"
 
 namespace ringflow::simt {
@@ -29,11 +30,58 @@ Nchw<T> nchw(const View& v) {
   return {static_cast<T*>(v.data), v.strides[0], v.strides[1], v.strides[2], v.strides[3]};
 }
 
+// The order a kernel's threads walk a 4-D operand of sizes (N, C, H, W) in: (N, C, H, W)
+// row-major, or (N, H, W, C) where the operand is channels-last in memory, so that adjacent
+// threads touch adjacent addresses either way (walking channels-last memory in NCHW order, a
+// warp's 32 reads land C elements apart: on an H100, VGG-11's bf16 max pooling walked so took
+// 1.2 of the 7.9 ms step). Built on the host: its divisions are FastDivs.
+class Walk4 {
+ public:
+  Walk4() = default;
+  Walk4(bool channels_last, int64_t N, int64_t C, int64_t H, int64_t W)
+      : channels_last_(channels_last), C_(C), H_(H), W_(W) {
+    const int64_t n = N * C * H * W;
+    if (channels_last) {
+      inner_ = FastDiv(C, n), middle_ = FastDiv(W, n), outer_ = FastDiv(H, n);
+    } else {
+      inner_ = FastDiv(W, n), middle_ = FastDiv(H, n), outer_ = FastDiv(C, n);
+    }
+  }
+  RF_HD bool channels_last() const { return channels_last_; }
+  // Linear index -> its coordinates in this order.
+  RF_HD void unravel(int64_t i, int64_t& n, int64_t& c, int64_t& h, int64_t& w) const {
+    if (channels_last_) {
+      inner_.divmod(i, i, c);
+      middle_.divmod(i, i, w);
+      outer_.divmod(i, n, h);
+      return;
+    }
+    inner_.divmod(i, i, w);
+    middle_.divmod(i, i, h);
+    outer_.divmod(i, n, c);
+  }
+  // Coordinates -> linear index, the inverse of unravel.
+  RF_HD int64_t ravel(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return channels_last_ ? ((n * H_ + h) * W_ + w) * C_ + c : ((n * C_ + c) * H_ + h) * W_ + w;
+  }
+
+ private:
+  bool channels_last_ = false;
+  int64_t C_ = 1, H_ = 1, W_ = 1;
+  FastDiv inner_, middle_, outer_;
+};
+
+// v's walk: channels-last where v is so in memory (and not also contiguous).
+inline Walk4 walk_of(const View& v) {
+  return {v.is_channels_last() && !v.is_contiguous(), v.shape[0], v.shape[1], v.shape[2], v.shape[3]};
+}
+
 struct PoolGeometry {
   int64_t N, C, H, W, P, Q;
   int64_t kh, kw, sh, sw, ph, pw;
   bool count_include_pad;
-  bool channels_last;  // the input's memory order: how inputs and outputs are walked (Walk4)
+  Walk4 in, out;  // over x (N, C, H, W) and y (N, C, P, Q), both in x's memory order
+  FastDiv by_sh, by_sw;
 
   RF_HD static int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
   RF_HD static int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -77,10 +125,14 @@ struct PoolGeometry {
   }
 
   // Outputs along one axis whose (unclipped) window [o * s - pad, o * s - pad + k) holds i.
-  RF_HD static void windows_holding(int64_t i, int64_t k, int64_t s, int64_t pad, int64_t out,
+  RF_HD static void windows_holding(int64_t i, int64_t k, const FastDiv& s, int64_t pad, int64_t out,
                                     int64_t& lo, int64_t& hi) {
-    lo = i + pad < k ? 0 : (i + pad - k) / s + 1;
-    hi = min(out - 1, (i + pad) / s);
+    lo = i + pad < k ? 0 : s.div(i + pad - k) + 1;
+    hi = min(out - 1, s.div(i + pad));
+  }
+  RF_HD void rows_holding(int64_t ih, int64_t& lo, int64_t& hi) const { windows_holding(ih, kh, by_sh, ph, P, lo, hi); }
+  RF_HD void columns_holding(int64_t iw, int64_t& lo, int64_t& hi) const {
+    windows_holding(iw, kw, by_sw, pw, Q, lo, hi);
   }
 };
 
@@ -101,33 +153,6 @@ RF_HD inline void unravel4(int64_t i, int64_t C, int64_t H, int64_t W, int64_t& 
   n = i / C;
 }
 
-// The order a kernel's threads walk a 4-D operand in: (N, C, H, W) row-major, or (N, H, W, C)
-// where the operand is channels-last in memory, so that adjacent threads touch adjacent
-// addresses either way (walking channels-last memory in NCHW order, a warp's 32 reads land C
-// elements apart: on an H100, VGG-11's bf16 max pooling walked so took 1.2 of the 7.9 ms step).
-struct Walk4 {
-  bool channels_last = false;
-  // Linear index over (N, C, H, W) sizes -> its coordinates in this order.
-  RF_HD void unravel(int64_t i, int64_t C, int64_t H, int64_t W, int64_t& n, int64_t& c, int64_t& h,
-                     int64_t& w) const {
-    if (channels_last) {
-      c = i % C;
-      i /= C;
-      w = i % W;
-      i /= W;
-      h = i % H;
-      n = i / H;
-      return;
-    }
-    unravel4(i, C, H, W, n, c, h, w);
-  }
-  // Coordinates -> linear index, the inverse of unravel.
-  RF_HD int64_t ravel(int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t H, int64_t W) const {
-    return channels_last ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
-  }
-};
-
-inline Walk4 walk_of(const View& v) { return {v.is_channels_last() && !v.is_contiguous()}; }
 
 // The forward keeps each window's argmax, ih * W + iw, in `argmax` (one int32 per output, in
 // the order x's layout walks y: Walk4), so that the backward reads one index per window holding an input cell
@@ -140,7 +165,7 @@ struct MaxPoolForwardBody {
   PoolGeometry g;
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, oh, ow, bh, bw;
-    Walk4{g.channels_last}.unravel(i, g.C, g.P, g.Q, n, c, oh, ow);
+    g.out.unravel(i, n, c, oh, ow);
     g.argmax_cell(x, n, c, oh, ow, bh, bw);
     y.at(n, c, oh, ow) = x.at(n, c, bh, bw);
     argmax[i] = static_cast<int32_t>(bh * g.W + bw);
@@ -155,15 +180,14 @@ struct MaxPoolBackwardBody {
   PoolGeometry g;
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, ih, iw, oh0, oh1, ow0, ow1;
-    const Walk4 walk{g.channels_last};
-    walk.unravel(i, g.C, g.H, g.W, n, c, ih, iw);
-    PoolGeometry::windows_holding(ih, g.kh, g.sh, g.ph, g.P, oh0, oh1);
-    PoolGeometry::windows_holding(iw, g.kw, g.sw, g.pw, g.Q, ow0, ow1);
+    g.in.unravel(i, n, c, ih, iw);
+    g.rows_holding(ih, oh0, oh1);
+    g.columns_holding(iw, ow0, ow1);
     const int32_t cell = static_cast<int32_t>(ih * g.W + iw);
     acc_t<T> sum = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow)
-        if (argmax[walk.ravel(n, c, oh, ow, g.C, g.P, g.Q)] == cell) sum += load(dy.at(n, c, oh, ow));
+        if (argmax[g.out.ravel(n, c, oh, ow)] == cell) sum += load(dy.at(n, c, oh, ow));
     dx.at(n, c, ih, iw) = store<T>(sum);
   }
 };
@@ -175,7 +199,7 @@ struct AvgPoolForwardBody {
   PoolGeometry g;
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, oh, ow, h0, h1, w0, w1, divisor;
-    Walk4{g.channels_last}.unravel(i, g.C, g.P, g.Q, n, c, oh, ow);
+    g.out.unravel(i, n, c, oh, ow);
     g.avg_window(oh, ow, h0, h1, w0, w1, divisor);
     acc_t<T> sum = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
@@ -191,9 +215,9 @@ struct AvgPoolBackwardBody {
   PoolGeometry g;
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, ih, iw, oh0, oh1, ow0, ow1;
-    Walk4{g.channels_last}.unravel(i, g.C, g.H, g.W, n, c, ih, iw);
-    PoolGeometry::windows_holding(ih, g.kh, g.sh, g.ph, g.P, oh0, oh1);
-    PoolGeometry::windows_holding(iw, g.kw, g.sw, g.pw, g.Q, ow0, ow1);
+    g.in.unravel(i, n, c, ih, iw);
+    g.rows_holding(ih, oh0, oh1);
+    g.columns_holding(iw, ow0, ow1);
     acc_t<T> sum = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
@@ -214,7 +238,7 @@ struct AdaptiveAvgForwardBody {
   Walk4 walk;  // y's
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, oh, ow;
-    walk.unravel(i, C, P, Q, n, c, oh, ow);
+    walk.unravel(i, n, c, oh, ow);
     const int64_t h0 = bin_start(oh, P, H), h1 = bin_end(oh, P, H);
     const int64_t w0 = bin_start(ow, Q, W), w1 = bin_end(ow, Q, W);
     acc_t<T> sum = 0;
@@ -232,7 +256,7 @@ struct AdaptiveAvgBackwardBody {
   Walk4 walk;  // dx's
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, ih, iw;
-    walk.unravel(i, C, H, W, n, c, ih, iw);
+    walk.unravel(i, n, c, ih, iw);
     // Bins holding ih: start(o) <= ih < end(o).
     const int64_t oh0 = (ih * P) / H, oh1 = PoolGeometry::min(P - 1, ((ih + 1) * P - 1) / H);
     const int64_t ow0 = (iw * Q) / W, ow1 = PoolGeometry::min(Q - 1, ((iw + 1) * Q - 1) / W);
@@ -265,9 +289,13 @@ inline PoolGeometry pool_geometry(const View& x, const View& y, const Pool2dPara
             y.shape[3] == Q,
         op, "y " + shape_str(y.shape) + " but pooling " + shape_str(x.shape) + " gives " +
                 std::to_string(P) + "x" + std::to_string(Q));
-  return {x.shape[0], x.shape[1], x.shape[2], x.shape[3], P, Q,
-          p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-          p.count_include_pad, walk_of(x).channels_last};
+  const int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const bool last = walk_of(x).channels_last();
+  // windows_holding divides at most max(H, W) + pad by a stride.
+  const int64_t most = std::max(H + p.pad_h, W + p.pad_w);
+  return {N, C, H, W, P, Q, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+          p.count_include_pad, Walk4(last, N, C, H, W), Walk4(last, N, C, P, Q), FastDiv(p.stride_h, most),
+          FastDiv(p.stride_w, most)};
 }
 
 // Returns the argmax of every window (MaxPoolForwardBody), for max_pool2d_backward.
