@@ -128,7 +128,7 @@ void add_execution_flags(CLI::App& app, Flags& f) {
   add_choice(app, "--memory-format", f.memory_format, memory_format_choices(), "layout of the "
              "activations between layers: nchw, nhwc (channels-last), or auto (f32 on the CPU: oneDNN's "
              "blocked layout between oneDNN ops; channels-last elsewhere where the convolutions run "
-             "fastest so: oneDNN on the CPU, 16-bit on CUDA); parameters and checkpoints stay in "
+             "fastest so: oneDNN on the CPU, 16-bit and TF32 on CUDA); parameters and checkpoints stay in "
              "PyTorch's layout");
   app.add_flag("--cuda-graphs", f.cuda_graphs, "capture forward and backward as a CUDA graph after 3 "
                "steps and replay it (the optimizer stays eager); where a step cannot be captured, one "

@@ -423,7 +423,7 @@ int run_cuda_kernels(const CudaKernelOptions& o) {
   set_cuda_device(0);
   set_allow_tf32(o.tf32);
   set_memory_format(o.memory_format);
-  const bool nhwc = conv_output_channels_last(o.memory_format, Device::cuda(), o.dtype, false, false);
+  const bool nhwc = conv_output_channels_last(o.memory_format, Device::cuda(), o.dtype, false, false, o.tf32);
   if (!o.json) sgemm_row(o);
   cudnnHandle_t h;
   BENCH_CUDNN(cudnnCreate(&h));

@@ -19,7 +19,7 @@ struct CudaKernelOptions {
   int64_t batch = 256;
   DType dtype = DType::f32;
   bool tf32 = false;
-  MemoryFormat memory_format = MemoryFormat::automatic;  // auto: NHWC for 16-bit, NCHW for f32
+  MemoryFormat memory_format = MemoryFormat::automatic;  // auto: NHWC for 16-bit and TF32, NCHW for f32
   int warmup = 2;
   int repeat = 10;  // timed calls per pass and path (median reported)
   bool json = false;

@@ -38,15 +38,16 @@ MemoryFormat memory_format_from_name(const std::string& name) {
 // write NHWC; given NCHW operands they transform them on every call, forward and backward
 // (PyTorch's bf16 VGG-11 step on an H200 spent 0.55 ms of 3.7 so, issue 34). Kept NHWC from
 // the first convolution's output on, the activations are transformed once, on the input.
-// f32 without TF32 runs on FMA kernels, which cuDNN has mostly for NCHW: that stays.
+// f32 without TF32 runs on FMA kernels, which cuDNN has mostly for NCHW: that stays; f32 on
+// TF32 tensor cores runs NHWC as 16-bit does.
 bool conv_output_channels_last(MemoryFormat format, Device device, DType dtype, bool input_channels_last,
-                               bool prefers_channels_last) {
+                               bool prefers_channels_last, bool tf32) {
   switch (format) {
     case MemoryFormat::nchw: return false;
     case MemoryFormat::nhwc: return true;
     case MemoryFormat::automatic:
       return input_channels_last || prefers_channels_last ||
-             (device.is_cuda() && (dtype == DType::f16 || dtype == DType::bf16));
+             (device.is_cuda() && (dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && tf32)));
   }
   return false;
 }

@@ -29,11 +29,12 @@ MemoryFormat memory_format_from_name(const std::string& name);
 
 // Whether a convolution's output, and so the activations after it, is channels-last (NHWC):
 // nchw: never; nhwc: always; automatic: where its input is, where the device's kernels prefer
-// it (`prefers_channels_last`: oneDNN's on the CPU), and on CUDA for 16-bit dtypes, whose
-// tensor-core kernels run NHWC (NCHW operands cost a transformation on every call) while
-// f32's FMA kernels are fastest NCHW (Note [16-bit activations channels-last on CUDA]).
+// it (`prefers_channels_last`: oneDNN's on the CPU), and on CUDA for 16-bit dtypes and for f32
+// where `tf32` allows tensor cores, whose kernels run NHWC (NCHW operands cost a transformation
+// on every call) while f32's FMA kernels are fastest NCHW (Note [16-bit activations
+// channels-last on CUDA]).
 bool conv_output_channels_last(MemoryFormat format, Device device, DType dtype, bool input_channels_last,
-                               bool prefers_channels_last);
+                               bool prefers_channels_last, bool tf32);
 
 // The blocked layout (kernels/memory_layout.h) a convolution's `channels`-channel output of `dtype`
 // takes, and so the activations after it (Note [blocked tensors] in tensor.h): automatic: the

@@ -63,17 +63,21 @@ TEST_CASE("where a convolution's output is channels-last") {
     for (const DType dt : {DType::f32, DType::bf16, DType::f16})
       for (const bool in_cl : {false, true})
         for (const bool prefers : {false, true}) {
-          CHECK_FALSE(conv_output_channels_last(MemoryFormat::nchw, d, dt, in_cl, prefers));
-          CHECK(conv_output_channels_last(MemoryFormat::nhwc, d, dt, in_cl, prefers));
+          CHECK_FALSE(conv_output_channels_last(MemoryFormat::nchw, d, dt, in_cl, prefers, true));
+          CHECK(conv_output_channels_last(MemoryFormat::nhwc, d, dt, in_cl, prefers, false));
           // auto: a channels-last input or a device that prefers it keeps it
-          if (in_cl || prefers) CHECK(conv_output_channels_last(MemoryFormat::automatic, d, dt, in_cl, prefers));
+          if (in_cl || prefers) CHECK(conv_output_channels_last(MemoryFormat::automatic, d, dt, in_cl, prefers, false));
         }
-  // auto, an NCHW input on a device without a preference: channels-last only for 16-bit on
-  // CUDA (the tensor-core kernels' layout, Note [16-bit activations channels-last on CUDA])
-  CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cpu, DType::bf16, false, false));
-  CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f32, false, false));
-  CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::bf16, false, false));
-  CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f16, false, false));
+  // auto, an NCHW input on a device without a preference: channels-last only on CUDA's tensor
+  // cores, for 16-bit and TF32 (Note [16-bit activations channels-last on CUDA])
+  for (const bool tf32 : {false, true}) {
+    CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cpu, DType::bf16, false, false, tf32));
+    CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cpu, DType::f32, false, false, tf32));
+    CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::bf16, false, false, tf32));
+    CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f16, false, false, tf32));
+    CHECK(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f32, false, false, tf32) == tf32);
+    CHECK_FALSE(conv_output_channels_last(MemoryFormat::automatic, cuda, DType::f64, false, false, tf32));
+  }
 }
 
 TEST_CASE("a conv-bn-relu-pool-add chain keeps the format's layout, forward and backward") {

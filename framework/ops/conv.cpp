@@ -43,7 +43,7 @@ namespace {
 
 bool output_channels_last(const Tensor& x) {
   return conv_output_channels_last(memory_format(), x.device(), x.dtype(), x.is_channels_last(),
-                                   kernel_backend(x.device()).prefers_channels_last);
+                                   kernel_backend(x.device()).prefers_channels_last, allow_tf32());
 }
 
 }  // namespace
