@@ -337,7 +337,19 @@ struct Row {
   Phases rf;
   double graphed_ms = NAN;  // --cuda-graphs both: ringflow's step replayed from a graph
   std::optional<nlohmann::json> torch, torch_tunable, torch_cl;
+  // Wall seconds of each contender over every round, set-up and searches included (on a GPU,
+  // cuDNN's algorithm searches make most of them).
+  nlohmann::json wall_s = nlohmann::json::object();
 };
+
+// Runs f() and adds its wall seconds to wall[name].
+template <class F>
+auto timed(nlohmann::json& wall, const char* name, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = f();
+  wall[name] = wall.value(name, 0.0) + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
 
 double torch_step_ms(const std::optional<nlohmann::json>& j) {
   return j ? j->at("step_ms").get<double>() : NAN;
@@ -417,7 +429,8 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
                    {"pct_ceiling", std::isnan(ceiling) ? nlohmann::json() : nlohmann::json(100 * g / ceiling)},
                    {"torch", r.torch ? *r.torch : nlohmann::json()},
                    {"torch_malloc_tunable", r.torch_tunable ? *r.torch_tunable : nlohmann::json()},
-                   {"ratio_over_best_torch", std::isnan(best) ? nlohmann::json() : nlohmann::json(r.rf.step / best)}};
+                   {"ratio_over_best_torch", std::isnan(best) ? nlohmann::json() : nlohmann::json(r.rf.step / best)},
+                   {"wall_s", r.wall_s}};
   fmt::print("{}\n", j.dump());
   std::fflush(stdout);
 }
@@ -511,18 +524,24 @@ int main(int argc, char** argv) {
         // Rounds alternate the contenders so that a burst of other load hits one round of
         // each rather than all of one; each keeps its fastest round.
         for (int round = 0; round < f.rounds; ++round) {
-          const Phases rf = time_ringflow(m, b, prec, f, /*graphs=*/f.cuda_graphs == CudaGraphs::on);
+          const Phases rf = timed(r.wall_s, "ringflow", [&] {
+            return time_ringflow(m, b, prec, f, /*graphs=*/f.cuda_graphs == CudaGraphs::on);
+          });
           if (round == 0 || rf.step < r.rf.step) r.rf = rf;
           if (f.cuda_graphs == CudaGraphs::both) {
-            const double g = time_ringflow(m, b, prec, f, /*graphs=*/true).step;
+            const double g = timed(r.wall_s, "graphed", [&] { return time_ringflow(m, b, prec, f, /*graphs=*/true).step; });
             if (std::isnan(r.graphed_ms) || g < r.graphed_ms) r.graphed_ms = g;
           }
           if (f.no_torch) continue;
           const bool cl = f.memory_format == MemoryFormat::nhwc;
-          keep_faster(r.torch, run_torch(m, b, prec, f, false, cl));
+          keep_faster(r.torch, timed(r.wall_s, "torch", [&] { return run_torch(m, b, prec, f, false, cl); }));
           // glibc's malloc settings matter for PyTorch's CPU tensors, not for CUDA's allocator.
-          if (device.is_cpu()) keep_faster(r.torch_tunable, run_torch(m, b, prec, f, true, cl));
-          if (f.torch_channels_last) keep_faster(r.torch_cl, run_torch(m, b, prec, f, false, true));
+          if (device.is_cpu())
+            keep_faster(r.torch_tunable,
+                        timed(r.wall_s, "torch_malloc_tunable", [&] { return run_torch(m, b, prec, f, true, cl); }));
+          if (f.torch_channels_last)
+            keep_faster(r.torch_cl,
+                        timed(r.wall_s, "torch_channels_last", [&] { return run_torch(m, b, prec, f, false, true); }));
         }
         f.json ? print_json(r, ceiling, f) : print_row(r, ceiling, f);
       }
