@@ -130,7 +130,9 @@ struct PoolGeometry {
     lo = i + pad < k ? 0 : s.div(i + pad - k) + 1;
     hi = min(out - 1, s.div(i + pad));
   }
-  RF_HD void rows_holding(int64_t ih, int64_t& lo, int64_t& hi) const { windows_holding(ih, kh, by_sh, ph, P, lo, hi); }
+  RF_HD void rows_holding(int64_t ih, int64_t& lo, int64_t& hi) const {
+    windows_holding(ih, kh, by_sh, ph, P, lo, hi);
+  }
   RF_HD void columns_holding(int64_t iw, int64_t& lo, int64_t& hi) const {
     windows_holding(iw, kw, by_sw, pw, Q, lo, hi);
   }
@@ -152,7 +154,6 @@ RF_HD inline void unravel4(int64_t i, int64_t C, int64_t H, int64_t W, int64_t& 
   c = i % C;
   n = i / C;
 }
-
 
 // The forward keeps each window's argmax, ih * W + iw, in `argmax` (one int32 per output, in
 // the order x's layout walks y: Walk4), so that the backward reads one index per window holding an input cell
