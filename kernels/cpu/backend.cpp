@@ -2,12 +2,39 @@
 // Each fast kernel falls back to the reference entry for operands it does not take.
 #include "ringflow/kernels/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
 #include "ringflow/kernels/cpu/allocator.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/loop_isa.h"
 
 namespace ringflow {
 
 bool cpu_native_bf16() { return __builtin_cpu_supports("avx512bf16"); }
+
+cpu::LoopIsa cpu::loop_isa() {
+  static const LoopIsa isa = [] {
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const LoopIsa best = avx2 && avx512 ? LoopIsa::avx512 : avx2 ? LoopIsa::avx2 : LoopIsa::baseline;
+    // A narrower build may be asked for (the tests run each), never a wider one than the CPU has.
+    const char* asked = std::getenv("RINGFLOW_CPU_LOOP_ISA");
+    if (!asked) return best;
+    const std::string name = asked;
+    const LoopIsa want = name == "baseline" ? LoopIsa::baseline
+                         : name == "avx2"   ? LoopIsa::avx2
+                         : name == "avx512" ? LoopIsa::avx512
+                                            : throw std::invalid_argument("RINGFLOW_CPU_LOOP_ISA='" + name +
+                                                                          "' is none of baseline, avx2, avx512");
+    return std::min(want, best);
+  }();
+  return isa;
+}
 
 const Backend& cpu_backend() {
   static const Backend table = [] {

@@ -10,6 +10,7 @@
 #include "ringflow/kernels/cpu/bf16.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/loop.h"
+#include "ringflow/kernels/cpu/loop_isa.h"
 
 namespace ringflow::cpu {
 namespace {
@@ -43,6 +44,17 @@ bool with_elem(DType dtype, Fn fn) {
   }
 }
 
+// f(), built for the CPU's widest ISA where T is 16-bit: the conversions to and from f32 are
+// most of such a loop's work, and the baseline build does them element by element. f32
+// loops stay at the baseline: on the Zen VM (2026-11-26) its AVX2 and AVX-512 builds ran a
+// 4M-element relu in 0.39 and 0.42 ms against the baseline's 0.31 (add 0.79, 0.92 against
+// 0.54), bf16's in 0.59 and 0.31 against 1.16.
+template <class T, class F>
+void sized_loop(const F& f) {
+  if constexpr (sizeof(T) == 2) with_loop_isa(f);
+  else f();
+}
+
 // Inner loops, specialised on whether each input is unit-stride (true) or broadcast.
 template <class E, bool A, class Fn>
 inline void inner1(typename E::T* __restrict o, const typename E::T* __restrict a, int64_t n,
@@ -67,8 +79,10 @@ void run_unary(const LoopPlan& plan, const View& out_v, const View& in_v, Fn fn)
   parallel_loop(plan, [&](int64_t o, int64_t b, int64_t e) {
     T* po = out + plan.offset(0, o) + b;
     const T* pa = in + plan.offset(1, o) + (ua ? b : 0);
-    if (ua) inner1<E, true>(po, pa, e - b, fn);
-    else inner1<E, false>(po, pa, e - b, fn);
+    sized_loop<T>([&] {
+      if (ua) inner1<E, true>(po, pa, e - b, fn);
+      else inner1<E, false>(po, pa, e - b, fn);
+    });
   });
 }
 
@@ -85,10 +99,12 @@ void run_binary(const LoopPlan& plan, const View& out_v, const View& a_v, const 
     const T* pa = a + plan.offset(1, o) + (ua ? b : 0);
     const T* pb = b_ + plan.offset(2, o) + (ub ? b : 0);
     const int64_t n = e - b;
-    if (ua && ub) inner2<E, true, true>(po, pa, pb, n, fn);
-    else if (ua) inner2<E, true, false>(po, pa, pb, n, fn);
-    else if (ub) inner2<E, false, true>(po, pa, pb, n, fn);
-    else inner2<E, false, false>(po, pa, pb, n, fn);
+    sized_loop<T>([&] {
+      if (ua && ub) inner2<E, true, true>(po, pa, pb, n, fn);
+      else if (ua) inner2<E, true, false>(po, pa, pb, n, fn);
+      else if (ub) inner2<E, false, true>(po, pa, pb, n, fn);
+      else inner2<E, false, false>(po, pa, pb, n, fn);
+    });
   });
 }
 
@@ -104,8 +120,10 @@ void run_convert(const LoopPlan& plan, To* out, const From* in, Fn fn) {
       if constexpr (std::is_same_v<To, From>) {
         std::memcpy(po, pa, n * sizeof(To));
       } else {
+        sized_loop<uint16_t>([&] {  // one side of a conversion is 16-bit
 #pragma omp simd
-        for (int64_t i = 0; i < n; ++i) po[i] = fn(pa[i]);
+          for (int64_t i = 0; i < n; ++i) po[i] = fn(pa[i]);
+        });
       }
     } else {
       const To v = fn(pa[0]);
