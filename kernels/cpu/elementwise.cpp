@@ -109,6 +109,7 @@ void run_binary(const LoopPlan& plan, const View& out_v, const View& a_v, const 
 }
 
 // Same-dtype copy of elements of type T (raw bits), or a conversion between f32 and bf16 or f16.
+// fn a lambda, not a function pointer: one indirect call per element would not vectorize.
 template <class To, class From, class Fn>
 void run_convert(const LoopPlan& plan, To* out, const From* in, Fn fn) {
   const bool ua = plan.inner_unit(1);
@@ -193,9 +194,9 @@ void copy(const View& dst, const View& src) {
         default: break;
       }
     } else if (dst.dtype == DType::bf16 && src.dtype == DType::f32) {
-      return run_convert(plan, dst.ptr<uint16_t>(), src.ptr<float>(), to_bf16);
+      return run_convert(plan, dst.ptr<uint16_t>(), src.ptr<float>(), [](float v) { return to_bf16(v); });
     } else if (dst.dtype == DType::f32 && src.dtype == DType::bf16) {
-      return run_convert(plan, dst.ptr<float>(), src.ptr<uint16_t>(), from_bf16);
+      return run_convert(plan, dst.ptr<float>(), src.ptr<uint16_t>(), [](uint16_t v) { return from_bf16(v); });
     } else if (dst.dtype == DType::f16 && src.dtype == DType::f32) {  // autocast to f16
       return run_convert(plan, dst.ptr<uint16_t>(), src.ptr<float>(), float_to_half_bits);
     } else if (dst.dtype == DType::f32 && src.dtype == DType::f16) {
