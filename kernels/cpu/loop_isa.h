@@ -1,7 +1,7 @@
 // The CPU's own elementwise loops compiled for AVX2 and AVX-512 beside the build's baseline
 // (x86-64 with SSE2 only: the binary runs on any x86-64), chosen once at run time. At the
-// baseline a bf16 or f16 loop converts element by element: on a Zen VM with AVX-512 the bf16
-// relu of a ResNet-18 step took twice the f32 one, for half its bytes.
+// baseline a bf16 or f16 loop converts element by element, and took longer than the f32 loop
+// on twice the bytes (docs/kernels.md).
 #pragma once
 
 namespace ringflow::cpu {

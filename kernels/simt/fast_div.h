@@ -1,7 +1,6 @@
 // Division by a divisor fixed at launch, as a multiply-high and a shift: a GPU has no integer
 // divider, and a 64-bit `/` or `%` costs it dozens of instructions (pooling's index arithmetic,
-// several divisions per element, made its kernels compute-bound: 4.7 ms for one max-pool
-// backward of ResNet-50 on an H100, where its bytes take ~0.3 ms).
+// several divisions per element, made its kernels compute-bound: docs/cuda.md).
 #pragma once
 
 #include <cstdint>
