@@ -83,7 +83,9 @@ TEST_CASE("cuDNN finalizes the graph of every model layer, direction, dtype and 
   CHECK(graphs == static_cast<int>(kLayers.size()) * 4 * 2 * 3);
 }
 
-TEST_CASE("asymmetric padding goes to the graph API as it is") {
+// What the graph API takes; cudnn_conv.cpp pads asymmetric convolutions explicitly instead
+// (Note [Asymmetric padding on cuDNN]).
+TEST_CASE("the graph API describes asymmetric padding as it is") {
   Conv2dParams p;
   p.pad_top = 0;
   p.pad_bottom = 1;

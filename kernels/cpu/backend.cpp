@@ -38,6 +38,7 @@ cpu::LoopIsa cpu::loop_isa() {
 
 const Backend& cpu_backend() {
   static const Backend table = [] {
+    (void)cpu::loop_isa();  // a bad RINGFLOW_CPU_LOOP_ISA throws here, not inside a parallel loop
     Backend b = reference_backend();
     b.name = "cpu";
     b.prefers_channels_last = true;

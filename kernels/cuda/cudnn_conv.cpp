@@ -11,6 +11,7 @@
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy conv API of cuDNN 9
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 #include <map>
 #include <memory>
@@ -79,16 +80,16 @@ View operand(const View& v, bool nhwc, bool fill, std::optional<DeviceBuffer>& b
   return d;
 }
 
-// x with the explicit zero rows and columns of `pad` around it, in `buffer` (x's layout):
-// zeroed, and when `fill_from_x`, x copied into its interior. Returns the padded view;
-// *interior (if given) is the part that x covers.
+// x with the explicit zero rows and columns of `pad` around it, in `buffer` (x's layout): when
+// `fill_from_x`, zeroed and x copied into its interior (else left for an output to write whole).
+// Returns the padded view; *interior (if given) is the part that x covers.
 View padded(const View& x, const ConvPadding& pad, bool fill_from_x, bool nhwc,
             std::optional<DeviceBuffer>& buffer, View* interior = nullptr) {
   View big = x;
   big.shape[2] += pad.extra_top + pad.extra_bottom;
   big.shape[3] += pad.extra_left + pad.extra_right;
   big = dense_like(big, buffer, nhwc);
-  fill(big, 0.0);
+  if (fill_from_x) fill(big, 0.0);
   View in = big;
   in.shape = x.shape;
   in.data = static_cast<char*>(big.data) +
@@ -387,6 +388,7 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
               const char* op) {
   const bool tf32 = allow_tf32();  // read once per call, first: the descriptors and the key agree
   const ConvPadding pad = conv_padding(p);
+  assert(!pad.explicit_zeros());
   const ConvKey key = conv_key(d, x, w, y, p, tf32, nhwc);
   cudnnHandle_t h = cudnn_handle();
   std::optional<LegacyCall> call;  // made when the legacy API searches or runs

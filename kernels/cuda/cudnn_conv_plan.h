@@ -179,7 +179,8 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
 
 // The graph API's view of one convolution: its three tensors (dims and strides in
 // elements, a unique id, the byte alignment its pointer guarantees), and the convolution's
-// paddings (asymmetric ones too: no explicit zeros), strides and dilations. For backward
+// paddings (it takes asymmetric ones; cudnn_conv.cpp gives it symmetric ones only: Note
+// [Asymmetric padding on cuDNN]), strides and dilations. For backward
 // data, x is dx and y is dy; for backward filter, w is dw and y is dy.
 struct GraphTensorSpec {
   std::array<int64_t, 4> dims{}, strides{};

@@ -25,6 +25,7 @@ class FastDiv {
                                  1);
   }
 
+  // n in [0, max_n]: outside it the fast path's quotient is wrong.
   RF_HD int64_t div(int64_t n) const {
     if (!fast_) return n / d_;
     const uint32_t u = static_cast<uint32_t>(n);

@@ -234,7 +234,7 @@ template <class T>
 struct AdaptiveAvgForwardBody {
   Nchw<T> y;
   Nchw<const T> x;
-  int64_t C, H, W, P, Q;
+  int64_t H, W, P, Q;
   Walk4 walk;  // y's
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, oh, ow;
@@ -252,7 +252,7 @@ template <class T>
 struct AdaptiveAvgBackwardBody {
   Nchw<T> dx;
   Nchw<const T> dy;
-  int64_t C, H, W, P, Q;
+  int64_t H, W, P, Q;
   Walk4 walk;  // dx's
   RF_HD void operator()(int64_t i) const {
     int64_t n, c, ih, iw;
@@ -360,9 +360,8 @@ void adaptive_avg_pool2d_forward(const Exec& exec, const View& y, const View& x)
   check_adaptive(x, y, "adaptive_avg_pool2d_forward");
   visit_floating(x.dtype, "adaptive_avg_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
-    exec.elementwise(y.numel(), AdaptiveAvgForwardBody<T>{nchw<T>(y), nchw<const T>(x),
-                                                          x.shape[1], x.shape[2], x.shape[3],
-                                                          y.shape[2], y.shape[3], walk_of(y)});
+    exec.elementwise(y.numel(), AdaptiveAvgForwardBody<T>{nchw<T>(y), nchw<const T>(x), x.shape[2],
+                                                          x.shape[3], y.shape[2], y.shape[3], walk_of(y)});
   });
 }
 
@@ -371,10 +370,9 @@ void adaptive_avg_pool2d_backward(const Exec& exec, const View& dx, const View& 
   check_adaptive(dx, dy, "adaptive_avg_pool2d_backward");
   visit_floating(dx.dtype, "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
-    exec.elementwise(dx.numel(), AdaptiveAvgBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy),
-                                                            dx.shape[1], dx.shape[2],
-                                                            dx.shape[3], dy.shape[2],
-                                                            dy.shape[3], walk_of(dx)});
+    exec.elementwise(dx.numel(), AdaptiveAvgBackwardBody<T>{nchw<T>(dx), nchw<const T>(dy), dx.shape[2],
+                                                            dx.shape[3], dy.shape[2], dy.shape[3],
+                                                            walk_of(dx)});
   });
 }
 
