@@ -8,6 +8,9 @@
 // update is one small launch.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 #include <vector>
 
 #include "ringflow/kernels/backend.h"
@@ -203,7 +206,7 @@ struct AddReluBody {
 // channel, one thread's partial statistics (adjacent threads on adjacent channels); (2) one
 // block per channel merging its chunks' partials (Chan's pairwise formula for means and squared
 // deviations) into mean and var, and into per-channel coefficients in a workspace; (3) the
-// elementwise pass with those coefficients. Backward the same with the sums of dz and
+// elementwise pass with those coefficients, 16 bytes per access where C and the pointers allow. Backward the same with the sums of dz and
 // dz * (x - mean), dz being dy under relu's mask.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
@@ -310,29 +313,50 @@ struct MergeMomentsBody {
   }
 };
 
-// Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand (M, C).
-template <class T>
+// Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand (M, C);
+// thread j takes the V elements from j * V on (C a multiple of V: one row, adjacent channels).
+template <class T, int V>
 struct NormalizeRowsBody {
-  T* y;
-  const T* x;
-  const T* residual;  // may be null
+  using P = Pack<T, V>;
+  P* y;
+  const P* x;
+  const P* residual;  // may be null
   NormCoefficients<acc_t<T>> k;
   FastDiv C;  // the channel of element i: C.mod(i)
   bool relu;
-  RF_HD void operator()(int64_t i) const {
+  RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c = C.mod(i);
-    A v = (load(x[i]) - k.center[c]) * k.scale[c] + k.shift[c];
-    if (residual) v = v + load(residual[i]);
-    y[i] = store<T>(relu && !(v > A(0)) ? A(0) : v);
+    const int64_t c0 = C.mod(j * V);
+    const P xs = x[j], rs = residual ? residual[j] : P{};
+    P out;
+    for (int e = 0; e < V; ++e) {
+      const int64_t c = c0 + e;
+      A v = (load(xs.e[e]) - k.center[c]) * k.scale[c] + k.shift[c];
+      if (residual) v = v + load(rs.e[e]);
+      out.e[e] = store<T>(relu && !(v > A(0)) ? A(0) : v);
+    }
+    y[j] = out;
   }
 };
 
-// dz of the backward: dy, or 0 where the fused forward's y was not positive.
+// launch(std::integral_constant<int, V>{}): V = kPack<T> where C and every pointer given
+// allow packs of it (null pointers aside), else 1.
+template <class T, class Launch>
+void with_pack(int64_t C, std::initializer_list<const void*> pointers, const Launch& launch) {
+  bool packs = C % kPack<T> == 0;
+  for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
+  if (packs) launch(std::integral_constant<int, kPack<T>>{});
+  else launch(std::integral_constant<int, 1>{});
+}
+
+// dz of the backward: dy, or 0 where the fused forward's y (if has_y) was not positive.
+template <class A>
+RF_HD inline A masked(A dy, bool has_y, A y) {
+  return has_y && !(y > A(0)) ? A(0) : dy;
+}
 template <class T>
 RF_HD inline acc_t<T> masked_dy(const T* dy, const T* y, int64_t i) {
-  using A = acc_t<T>;
-  return y && !(load(y[i]) > A(0)) ? A(0) : load(dy[i]);
+  return masked(load(dy[i]), y != nullptr, y ? load(y[i]) : acc_t<T>(0));
 }
 
 // Phase 1 backward: thread (p, c) -> chunk p's sums of dz and dz * (x - mean).
@@ -403,22 +427,31 @@ struct MergeGradSumsBody {
   }
 };
 
-// Phase 3 backward: dx, and dresidual = dz where asked for; every operand (M, C).
-template <class T>
+// Phase 3 backward: dx, and dresidual = dz where asked for; every operand (M, C), V elements
+// per thread as in the forward.
+template <class T, int V>
 struct GradRowsBody {
-  T* dx;
-  T* dresidual;  // may be null
-  const T* dy;
-  const T* x;
-  const T* y;  // may be null
+  using P = Pack<T, V>;
+  P* dx;
+  P* dresidual;  // may be null
+  const P* dy;
+  const P* x;
+  const P* y;  // may be null
   GradCoefficients<acc_t<T>> k;
   FastDiv C;  // the channel of element i: C.mod(i)
-  RF_HD void operator()(int64_t i) const {
+  RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c = C.mod(i);
-    const A g = masked_dy(dy, y, i);
-    dx[i] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(x[i]) - k.center[c]) * k.xmu[c]));
-    if (dresidual) dresidual[i] = store<T>(g);
+    const int64_t c0 = C.mod(j * V);
+    const P dys = dy[j], xs = x[j], ys = y ? y[j] : P{};
+    P dxs, dzs;
+    for (int e = 0; e < V; ++e) {
+      const int64_t c = c0 + e;
+      const A g = masked(load(dys.e[e]), y != nullptr, load(ys.e[e]));
+      dxs.e[e] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(xs.e[e]) - k.center[c]) * k.xmu[c]));
+      dzs.e[e] = store<T>(g);
+    }
+    dx[j] = dxs;
+    if (dresidual) dresidual[j] = dzs;
   }
 };
 
@@ -464,9 +497,14 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
       exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
-      exec.elementwise(x.numel(), NormalizeRowsBody<T>{y.ptr<T>(), x.ptr<const T>(),
-                                                       residual ? residual->ptr<const T>() : nullptr, k,
-                                                       FastDiv(C, x.numel()), relu});
+      const T* r = residual ? residual->ptr<const T>() : nullptr;
+      with_pack<T>(C, {y.data, x.data, r}, [&](auto pack) {
+        constexpr int V = decltype(pack)::value;
+        using P = Pack<T, V>;
+        exec.elementwise(x.numel() / V, NormalizeRowsBody<T, V>{static_cast<P*>(y.data), static_cast<const P*>(x.data),
+                                                                reinterpret_cast<const P*>(r), k,
+                                                                FastDiv(C, x.numel()), relu});
+      });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -530,9 +568,15 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       exec.elementwise(cc.chunks * C,
                        ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
-      exec.elementwise(x.numel(), GradRowsBody<T>{dx.ptr<T>(), dresidual ? dresidual->ptr<T>() : nullptr,
-                                                  dy.ptr<const T>(), x.ptr<const T>(), yp, k,
-                                                  FastDiv(C, x.numel())});
+      T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
+      with_pack<T>(C, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
+        constexpr int V = decltype(pack)::value;
+        using P = Pack<T, V>;
+        exec.elementwise(x.numel() / V, GradRowsBody<T, V>{static_cast<P*>(dx.data), reinterpret_cast<P*>(dr),
+                                                           static_cast<const P*>(dy.data),
+                                                           static_cast<const P*>(x.data),
+                                                           reinterpret_cast<const P*>(yp), k, FastDiv(C, x.numel())});
+      });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);

@@ -48,6 +48,15 @@ template <class T> using acc_t = typename AccOf<T>::type;
 
 template <class T> constexpr bool is_float_v = !std::numeric_limits<T>::is_integer;
 
+// V adjacent elements of T read or written as one aligned access: a GPU thread moving 2 bytes
+// per access leaves most of each memory transaction unused. kPack<T> elements make 16 bytes.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T e[V];
+};
+template <class T>
+constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
 // Stored value -> its accumulation type.
 RF_HD inline float load(float x) { return x; }
 RF_HD inline double load(double x) { return x; }
