@@ -394,6 +394,13 @@ TEST_CASE("train: options of fixed names list them in --help; the library's refu
   CHECK(contains(mpi.output, "--transport mpi: MPI point to point needs an MPI launch"));
 }
 
+TEST_CASE("train: a RINGFLOW_CPU_LOOP_ISA it does not know is named, and the run ends non-zero") {
+  const Result r = run_command("env RINGFLOW_CPU_LOOP_ISA=avx1024 " + std::string(RINGFLOW_TRAIN) + kShort);
+  INFO(r.output);
+  CHECK(r.status > 0);
+  CHECK(contains(r.output, "RINGFLOW_CPU_LOOP_ISA='avx1024' is none of baseline, avx2, avx512"));
+}
+
 TEST_CASE("train --export-weights, --weights, --evaluate: the trained model's state_dict, evaluated again") {
   const std::string weights = temp_path("exported.safetensors"), ckpt = temp_path("trained.safetensors");
   const std::string metrics = temp_path("exported.jsonl");
