@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "ringflow/kernels/build_info.h"
 #include "ringflow/kernels/cpu/allocator.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/loop_isa.h"
@@ -17,11 +18,9 @@ bool cpu_native_bf16() { return __builtin_cpu_supports("avx512bf16"); }
 
 cpu::LoopIsa cpu::loop_isa() {
   static const LoopIsa isa = [] {
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    const LoopIsa best = avx2 && avx512 ? LoopIsa::avx512 : avx2 ? LoopIsa::avx2 : LoopIsa::baseline;
+    const CpuIsa& cpu = cpu_isa();
+    const bool avx2 = cpu.avx2 && __builtin_cpu_supports("f16c");
+    const LoopIsa best = avx2 && cpu.avx512 ? LoopIsa::avx512 : avx2 ? LoopIsa::avx2 : LoopIsa::baseline;
     // A narrower build may be asked for (the tests run each), never a wider one than the CPU has.
     const char* asked = std::getenv("RINGFLOW_CPU_LOOP_ISA");
     if (!asked) return best;

@@ -416,6 +416,16 @@ Conv2dParams symmetric(const Conv2dParams& p, const ConvPadding& pad) {
   return s;
 }
 
+// run_conv for the directions that read x (forward, backward-filter), x first padded with the
+// explicit zeros of an asymmetric padding.
+void run_conv_reading_x(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p,
+                        bool nhwc, const char* op) {
+  const ConvPadding pad = conv_padding(p);
+  if (!pad.explicit_zeros()) return run_conv(d, x, w, y, p, nhwc, op);
+  std::optional<DeviceBuffer> buffer;
+  run_conv(d, padded(x, pad, /*fill_from_x=*/true, nhwc, buffer), w, y, symmetric(p, pad), nhwc, op);
+}
+
 // Checks shapes and dtypes as the reference does.
 void check_conv(const View& x, const View& w, const View& y, const Conv2dParams& p, const char* op) {
   const auto fail = [&](const std::string& what) {
@@ -489,14 +499,7 @@ void forward_in(const View& y, const View& x, const View& w, const View* bias, c
   const View xv = operand(x, nhwc, /*fill=*/true, xb);
   const View wv = filter_operand(w, nhwc, wb);
   const View yv = operand(y, nhwc, /*fill=*/false, yb);
-  const ConvPadding pad = conv_padding(p);
-  if (pad.explicit_zeros()) {
-    std::optional<DeviceBuffer> pb;
-    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
-    run_conv(ConvDirection::forward, xp, wv, yv, symmetric(p, pad), nhwc, op);
-  } else {
-    run_conv(ConvDirection::forward, xv, wv, yv, p, nhwc, op);
-  }
+  run_conv_reading_x(ConvDirection::forward, xv, wv, yv, p, nhwc, op);
   if (bias) {
     if (bias->dtype != y.dtype || bias->dim() != 1 || bias->shape[0] != y.shape[1])
       throw std::invalid_argument("cuda conv2d_forward: bias " + shape_str(bias->shape) + " " +
@@ -555,14 +558,7 @@ void backward_weights_in(const View& dw, const View* db, const View& dy, const V
   const View xv = operand(x, nhwc, /*fill=*/true, xb);
   const View dyv = operand(dy, nhwc, /*fill=*/true, dyb);
   const View dwv = filter_output(dw, nhwc, dwb);
-  const ConvPadding pad = conv_padding(p);
-  if (pad.explicit_zeros()) {
-    std::optional<DeviceBuffer> pb;
-    const View xp = padded(xv, pad, /*fill_from_x=*/true, nhwc, pb);
-    run_conv(ConvDirection::backward_filter, xp, dwv, dyv, symmetric(p, pad), nhwc, op);
-  } else {
-    run_conv(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, op);
-  }
+  run_conv_reading_x(ConvDirection::backward_filter, xv, dwv, dyv, p, nhwc, op);
   if (dwv.data != dw.data) copy(dw, dwv);
   if (db) backward_bias(*db, dyv, nhwc);
 }
