@@ -53,8 +53,10 @@ def end(pid):
 
 def check_named(what, out, rank, pid):
     said = [l for l in out.splitlines() if f"failed on rank {rank}" in l]
-    check(any(f"rank 2 (process {pid}) did not arrive" in l and "allreduce #" in l for l in said),
-          f"{what}: rank {rank} names rank 2, its process and the collective: {said!r}")
+    ok = any(f"rank 2 (process {pid}) did not arrive" in l and "allreduce #" in l for l in said)
+    check(ok, f"{what}: rank {rank} names rank 2, its process and the collective: {said!r}")
+    if not ok:  # all the run said after training began, to tell a lost line from another error
+        print("\n".join(f"     | {l}" for l in out.splitlines() if "Iteration [" not in l))
 
 
 for transport in ("shm", "tcp", "mpi"):
