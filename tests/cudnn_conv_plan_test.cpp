@@ -173,6 +173,30 @@ TEST_CASE("graph engines: 16-bit takes tensor cores, f32 only with TF32, f64 nev
   CHECK(cuda::describe_candidate(ConvCandidate{3, false, ConvMath::fma, 0, 0}) == "algo 3 fma failed");
 }
 
+TEST_CASE("the legacy API is searched for 16-bit only when the graph API has nothing that qualifies") {
+  using cuda::ConvMath;
+  ConvCandidate fast{0, true, ConvMath::tensor_ops, 0.5f, 4096};
+  fast.source = cuda::ConvSource::graph;
+  ConvCandidate failed = fast, too_big = fast;
+  failed.ok = false;
+  too_big.workspace = size_t{1} << 31;
+  const size_t limit = size_t{1} << 30;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CHECK_FALSE(cuda::search_legacy(dt, false, &fast, 1, limit));
+    CHECK(cuda::search_legacy(dt, false, &fast, 0, limit));     // the graph API refused the shape
+    CHECK(cuda::search_legacy(dt, false, &failed, 1, limit));
+    CHECK(cuda::search_legacy(dt, false, &too_big, 1, limit));
+  }
+  // f32 and f64 always search both APIs, whatever the graph API found.
+  ConvCandidate fma = fast;
+  fma.math = ConvMath::fma;
+  for (bool tf32 : {false, true}) {
+    CHECK(cuda::search_legacy(DType::f32, tf32, &fma, 1, limit));
+    CHECK(cuda::search_legacy(DType::f32, tf32, &fast, 1, limit));
+  }
+  CHECK(cuda::search_legacy(DType::f64, false, &fma, 1, limit));
+}
+
 TEST_CASE("the graph API's view of a convolution: dims, strides, ids, alignment, paddings") {
   Buf x = make({2, 3, 5, 7}, DType::bf16, Layout::nhwc), w = make({4, 3, 3, 3}, DType::bf16, Layout::nhwc);
   Buf y = make({2, 4, 3, 4}, DType::bf16, Layout::nhwc);

@@ -1,10 +1,10 @@
 // Convolutions on cuDNN (forward, backward-data, backward-filter, bias) in f32, f64, f16
 // and bf16, f32 accumulation for the 16-bit types. For each shape (with its layout, dtype and
 // alignment) the candidates of cuDNN's graph API (engine configurations its heuristics list,
-// timed here) and of its legacy API (cudnnFind*AlgorithmEx) are measured once, as
-// cudnn.benchmark does, and the fastest that qualifies is cached (Note [cuDNN's two
-// convolution APIs] in cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in
-// cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot describe
+// timed here) and of its legacy API (cudnnFind*AlgorithmEx; for f16 and bf16 only where the
+// graph API has none: Note [Searching the legacy API]) are measured once, as cudnn.benchmark
+// does, and the fastest that qualifies is cached (Note [cuDNN's two convolution APIs] in
+// cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot describe
 // are copied dense first; asymmetric padding reaches cuDNN as explicit zeros (Note [Asymmetric
 // padding on cuDNN]).
 #pragma GCC diagnostic push
@@ -398,7 +398,8 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
   };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
-    legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
+    if (search_legacy(key.dtype, tf32, found.list.data(), static_cast<int>(found.list.size()), limit))
+      legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
   });
   if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +

@@ -177,6 +177,17 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
   return best;
 }
 
+// Note [Searching the legacy API]: cudnnFind*AlgorithmEx runs every legacy algorithm, the
+// slow ones too, and on an H100 the graph API's best won every 16-bit choice of VGG-11,
+// ResNet-18 and ResNet-50 by a wide margin (docs/cuda.md), so a 16-bit convolution searches
+// the legacy API only when none of the graph API's candidates qualifies. f32 (FMA or TF32)
+// and f64 search both: their kernels differ more between the two APIs.
+inline bool search_legacy(DType dtype, bool allow_tf32, const ConvCandidate* graph_found, int count,
+                          size_t workspace_limit) {
+  if (dtype != DType::f16 && dtype != DType::bf16) return true;
+  return !choose_algorithm(graph_found, count, dtype, allow_tf32, workspace_limit);
+}
+
 // The graph API's view of one convolution: its three tensors (dims and strides in
 // elements, a unique id, the byte alignment its pointer guarantees), and the convolution's
 // paddings (it takes asymmetric ones; cudnn_conv.cpp gives it symmetric ones only: Note
