@@ -266,6 +266,12 @@ inline bool sweep_conv(const Backend& k, const std::vector<DType>& dtypes, bool 
       c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
       ++cases;
       if (!check_conv(k, c, rng)) ++failed;
+      // ResNet's downsampling shape: stride 2 to a 16x16 output (bf16 without AMX: im2col).
+      ConvCase s{2, 32, 48, 32, 32, 3, 3, {}, Layout::nhwc, Layout::nhwc, dt};
+      s.p.stride_h = s.p.stride_w = 2;
+      s.p.pad_top = s.p.pad_bottom = s.p.pad_left = s.p.pad_right = 1;
+      ++cases;
+      if (!check_conv(k, s, rng)) ++failed;
     }
   }
   MESSAGE(cases << " conv cases");

@@ -18,9 +18,14 @@
 namespace ringflow::cpu {
 namespace {
 
-// Output pixels at most this many per image: above it oneDNN's direct kernels win (bf16:
-// its AMX kernel is as fast as the matmul from 8x8 up).
-int64_t max_output_pixels(DType dtype) { return dtype == DType::bf16 ? 16 : 64; }
+// Output pixels at most this many per image: above it oneDNN's direct kernels win. bf16 on
+// AMX: its kernel is as fast as the matmul from 8x8 up; on AVX512-BF16 without AMX (where
+// the Winograd kernels run) the matmul stays ahead up to 16x16 (the strided layers of
+// ResNet, docs/kernels.md).
+int64_t max_output_pixels(DType dtype) {
+  if (dtype != DType::bf16) return 64;
+  return winograd_runs_here() ? 256 : 16;
+}
 // Rows of the patch matrix per sgemm: large enough for sgemm to run near its peak,
 // small enough that the chunk stays in the last-level cache.
 constexpr int64_t kChunkBytes = 8 << 20;

@@ -28,8 +28,8 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
 void conv2d_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
 void conv2d_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                              const Conv2dParams& p);
-// im2col + sgemm for channels-last f32 layers with small outputs (conv_gemm.cpp); false
-// when the operands are not of that kind.
+// im2col + GEMM for channels-last f32 and bf16 layers with small outputs (conv_gemm.cpp);
+// false when the operands are not of that kind.
 bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                                 const Conv2dParams& p);
 // db[k] = sum of channels-last bf16 dy (rows x K) over its rows (conv_gemm.cpp).
