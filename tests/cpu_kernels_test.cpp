@@ -155,6 +155,12 @@ TEST_CASE("max / avg / adaptive pooling with ceil_mode and count_include_pad mat
 TEST_CASE("batch norm train / eval / backward match the reference") {
   CHECK(sweep_batch_norm(cpu(), {DType::f32, DType::bf16, DType::f16}));
 }
+TEST_CASE("batch norm fused with relu(y + residual), forward and backward, match the reference") {
+  // Channels-last and (N, C) take the own two-pass loops; NCHW and a residual in another
+  // layout compose the separate kernels.
+  CHECK(sweep_batch_norm_relu(cpu(), {DType::f32, DType::bf16, DType::f16}));
+}
+
 TEST_CASE("softmax / log-softmax forward and backward match the reference") {
   CHECK(sweep_softmax(cpu(), {DType::f32, DType::bf16}));
 }

@@ -135,7 +135,9 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
     RF_CHECK(residual.shape() == x.shape() && residual.device() == x.device(), "batch_norm_relu: residual ",
              shape_str(residual.shape()), " on ", residual.device().str(), " for input ", shape_str(x.shape()),
              " on ", x.device().str());
+  // Not on oneDNN's blocked layout (Note [blocked tensors]): the separate kernels keep it.
   const bool fused = training && kernel_backend(x.device()).batch_norm_relu_forward_train &&
+                     x.layout() == MemoryLayout::strided &&
                      (!residual.defined() || residual.dtype() == x.dtype());
   if (fused)
     return fused_batch_norm_relu(x, running_mean, running_var, num_batches_tracked, weight, bias, momentum,

@@ -63,9 +63,8 @@ const Backend& cpu_backend() {
     b.batch_norm_forward_train = cpu::batch_norm_forward_train;
     b.batch_norm_forward_eval = cpu::batch_norm_forward_eval;
     b.batch_norm_backward = cpu::batch_norm_backward;
-    // The reference's fused batch norm + relu is naive: composed of the fast kernels instead.
-    b.batch_norm_relu_forward_train = nullptr;
-    b.batch_norm_relu_backward = nullptr;
+    b.batch_norm_relu_forward_train = cpu::batch_norm_relu_forward_train;
+    b.batch_norm_relu_backward = cpu::batch_norm_relu_backward;
     b.softmax_forward = cpu::softmax_forward;
     b.softmax_backward = cpu::softmax_backward;
     b.sgd_step = cpu::sgd_step;

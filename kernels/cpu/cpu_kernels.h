@@ -56,6 +56,13 @@ void batch_norm_forward_eval(const View& y, const View& x, const View& mean, con
 void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, const View& dy,
                          const View& x, const View& mean, const View& var, const View* gamma,
                          double eps);
+// Batch norm fused with relu(y + residual), as the backend table has them: own two-pass loops
+// for channels-last (or (N, C)) activations, else the separate kernels (batch_norm_relu.cpp).
+void batch_norm_relu_forward_train(const View& y, const View& mean, const View& var, const View& x,
+                                   const View* gamma, const View* beta, const View* residual, double eps);
+void batch_norm_relu_backward(const View& dx, const View* dresidual, const View* dgamma, const View* dbeta,
+                              const View& dy, const View& y, const View& x, const View& mean, const View& var,
+                              const View* gamma, double eps);
 void softmax_forward(const View& y, const View& x, int64_t dim, bool log);
 void softmax_backward(const View& dx, const View& dy, const View& y, int64_t dim, bool log);
 

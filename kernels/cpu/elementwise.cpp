@@ -9,40 +9,12 @@
 
 #include "ringflow/kernels/cpu/bf16.h"
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/element.h"
 #include "ringflow/kernels/cpu/loop.h"
 #include "ringflow/kernels/cpu/loop_isa.h"
 
 namespace ringflow::cpu {
 namespace {
-
-// How an element of each dtype the fast loops take is read and written: arithmetic in f32,
-// 16-bit results rounded once (as a 16-bit kernel with f32 arithmetic gives).
-struct F32 {
-  using T = float;
-  static float load(float x) { return x; }
-  static float store(float x) { return x; }
-};
-struct BF16 {
-  using T = uint16_t;
-  static float load(uint16_t x) { return from_bf16(x); }
-  static uint16_t store(float x) { return to_bf16(x); }
-};
-struct F16 {
-  using T = uint16_t;
-  static float load(uint16_t x) { return half_bits_to_float(x); }
-  static uint16_t store(float x) { return float_to_half_bits(x); }
-};
-
-// fn(E{}) for the traits of dtype (fn says whether it ran); false for another dtype.
-template <class Fn>
-bool with_elem(DType dtype, Fn fn) {
-  switch (dtype) {
-    case DType::f32: return fn(F32{});
-    case DType::bf16: return fn(BF16{});
-    case DType::f16: return fn(F16{});
-    default: return false;
-  }
-}
 
 // f(), built for the CPU's widest ISA where T is 16-bit: the conversions to and from f32 are
 // most of such a loop's work, and the baseline build does them element by element. f32
