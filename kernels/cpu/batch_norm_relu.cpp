@@ -1,8 +1,9 @@
 // Training batch norm fused with relu(y + residual), forward and backward, for activations laid
-// out as rows of C contiguous channels (channels-last NHWC, or (N, C)) in f32, bf16 or f16:
+// out as rows of C contiguous channels (channels-last NHWC, or (N, C)) in bf16 or f16:
 // forward one pass for the statistics and one for the output, backward one for the sums and
 // one for dx, where oneDNN's batch norm, the residual add and the relu each pass over memory
-// on their own (docs/kernels.md). Other layouts (NCHW, mixed) compose the separate kernels.
+// on their own (docs/kernels.md). Other layouts (NCHW, mixed) and f32 compose the separate
+// kernels.
 #include <omp.h>
 
 #include <algorithm>
@@ -41,7 +42,9 @@ bool channel_vector(const View* v, int64_t C) {
 // vector f32 and dense.
 bool fits(const View& x, std::initializer_list<const View*> acts, std::initializer_list<const View*> vectors) {
   if (x.numel() == 0 || channel_rows(x) == 0) return false;
-  if (x.dtype != DType::f32 && x.dtype != DType::bf16 && x.dtype != DType::f16) return false;
+  // 16-bit only: f32 keeps oneDNN's batch norm, whose model-level deviation from PyTorch's f64
+  // steps was the smaller (docs/kernels.md), and runs blocked under auto anyway.
+  if (x.dtype != DType::bf16 && x.dtype != DType::f16) return false;
   for (const View* a : acts) {
     if (a && (a->dtype != x.dtype || a->shape != x.shape || channel_rows(*a) == 0)) return false;
   }
@@ -63,8 +66,8 @@ void isa_loop(const F& f) {
 }
 
 // Per-channel mean and M2 (sum of squared deviations) of rows [begin, end), in f64: blocks of
-// rows summed in f32 around the block's first row (the shift keeps the squares small where the
-// mean is large), merged with Chan's formula.
+// rows (in cache for the second look) summed in f32 about the block's own mean, as a two-pass
+// variance is, merged with Chan's formula.
 struct Moments {
   double count = 0;
   std::vector<double> mean, m2;
@@ -83,26 +86,34 @@ struct Moments {
 
 template <class E>
 void moments_of_rows(Moments& out, const typename E::T* x, int64_t C, int64_t begin, int64_t end) {
-  std::vector<float> shift(static_cast<size_t>(C)), s1(static_cast<size_t>(C)), s2(static_cast<size_t>(C));
+  std::vector<float> shift(static_cast<size_t>(C));
+  std::vector<double> s1(static_cast<size_t>(C)), s2(static_cast<size_t>(C));
   std::vector<double> bm(static_cast<size_t>(C)), bm2(static_cast<size_t>(C));
   for (int64_t r0 = begin; r0 < end; r0 += kBlockRows) {
     const int64_t r1 = std::min(end, r0 + kBlockRows);
     const double n = double(r1 - r0);
     isa_loop<typename E::T>([&] {
       float* __restrict k = shift.data();
-      float* __restrict a = s1.data();
-      float* __restrict b = s2.data();
-      const typename E::T* first = x + r0 * C;
+      double* __restrict a = s1.data();
+      double* __restrict b = s2.data();
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) k[c] = 0.f;
+      for (int64_t r = r0; r < r1; ++r) {
+        const typename E::T* __restrict row = x + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) k[c] += E::load(row[c]);
+      }
+      const float inv_n = float(1.0 / n);
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
-        k[c] = E::load(first[c]);
-        a[c] = b[c] = 0.f;
+        k[c] *= inv_n;
+        a[c] = b[c] = 0.0;
       }
       for (int64_t r = r0; r < r1; ++r) {
         const typename E::T* __restrict row = x + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const float d = E::load(row[c]) - k[c];
+          const double d = E::load(row[c]) - k[c];
           a[c] += d;
           b[c] += d * d;
         }
@@ -150,20 +161,23 @@ void forward(const View& y, const View& mean, const View& var, const View& x, co
   using T = typename E::T;
   const int64_t C = x.shape[1], rows = channel_rows(x);
   const Moments m = batch_moments<E>(x.ptr<const T>(), C, rows);
-  std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  // y = (x - mean) scale + beta, as PyTorch computes it: x scale + (beta - mean scale) would
+  // lose x's digits to the cancellation where the mean is large against the spread.
+  std::vector<float> mu(static_cast<size_t>(C)), scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
     const double v = m.m2[size_t(c)] / m.count;  // biased, as the contract's
     const double invstd = 1.0 / std::sqrt(v + eps);
-    mean.ptr<float>()[c] = float(m.mean[size_t(c)]);
+    mean.ptr<float>()[c] = mu[size_t(c)] = float(m.mean[size_t(c)]);
     var.ptr<float>()[c] = float(v);
     scale[size_t(c)] = float(at(gamma, c, 1.f) * invstd);
-    shift[size_t(c)] = float(at(beta, c, 0.f) - m.mean[size_t(c)] * at(gamma, c, 1.f) * invstd);
+    shift[size_t(c)] = at(beta, c, 0.f);
   }
   const T* px = x.ptr<const T>();
   const T* pr = residual ? residual->ptr<const T>() : nullptr;
   T* py = y.ptr<T>();
   for_rows(rows, C, [&](int64_t begin, int64_t end) {
     isa_loop<T>([&] {
+      const float* __restrict m0 = mu.data();
       const float* __restrict s = scale.data();
       const float* __restrict h = shift.data();
       for (int64_t r = begin; r < end; ++r) {
@@ -173,13 +187,13 @@ void forward(const View& y, const View& mean, const View& var, const View& x, co
           const T* __restrict rr = pr + r * C;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) {
-            const float v = E::load(xr[c]) * s[c] + h[c] + E::load(rr[c]);
+            const float v = (E::load(xr[c]) - m0[c]) * s[c] + h[c] + E::load(rr[c]);
             yr[c] = E::store(v < 0.f ? 0.f : v);
           }
         } else {
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) {
-            const float v = E::load(xr[c]) * s[c] + h[c];
+            const float v = (E::load(xr[c]) - m0[c]) * s[c] + h[c];
             yr[c] = E::store(v < 0.f ? 0.f : v);
           }
         }

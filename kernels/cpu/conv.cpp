@@ -56,6 +56,14 @@ dnnl::algorithm dnnl_algorithm(ConvAlgorithm a) {
   return a == ConvAlgorithm::direct ? algorithm::convolution_direct : algorithm::convolution_auto;
 }
 
+// The algorithm for a convolution whose input (forward, backward-weights) or input gradient
+// (backward-data) has `channels`: oneDNN's Winograd pads them to its block of 16, so below
+// that (an image model's first layer: 3) the direct sums run instead (docs/kernels.md).
+ConvAlgorithm algorithm_for(int64_t channels) {
+  const ConvAlgorithm a = conv_algorithm();
+  return a == ConvAlgorithm::automatic && channels < 16 ? ConvAlgorithm::direct : a;
+}
+
 // The key holds the algorithm too, so that switching it takes effect for every shape. Each
 // op reads the setting once, for its key and its primitive alike.
 KeyBuilder& add_params(KeyBuilder& k, const Conv2dParams& p, ConvAlgorithm a) {
@@ -141,7 +149,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
     return reference_forward(y, x, w, bias, p);
   }
-  const ConvAlgorithm algo = conv_algorithm();
+  const ConvAlgorithm algo = algorithm_for(x.shape[1]);
   KeyBuilder k("conv2d_forward");
   k.add(x).add(w).add(y).add(bias ? int64_t(bias->dtype) : -1);
   add_params(k, p, algo);
@@ -178,7 +186,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   }
   if (winograd_backward_data(dx, dy, w, p)) return;
   if (!conv_ok(dx, dy, w)) return reference_backward_data(dx, dy, w, p);
-  const ConvAlgorithm algo = conv_algorithm();
+  const ConvAlgorithm algo = algorithm_for(dx.shape[1]);
   KeyBuilder k("conv2d_backward_data");
   k.add(dx).add(w).add(dy);
   add_params(k, p, algo);
@@ -223,7 +231,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
       (db && !dnnl_friendly({db}))) {
     return reference_backward_weights(dw, db, dy, x, p);
   }
-  const ConvAlgorithm algo = conv_algorithm();
+  const ConvAlgorithm algo = algorithm_for(x.shape[1]);
   KeyBuilder k("conv2d_backward_weights");
   k.add(dw).add(x).add(dy).add(db ? int64_t(db->dtype) : -1);
   add_params(k, p, algo);
