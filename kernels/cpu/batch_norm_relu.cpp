@@ -66,8 +66,8 @@ void isa_loop(const F& f) {
 }
 
 // Per-channel mean and M2 (sum of squared deviations) of rows [begin, end), in f64: blocks of
-// rows (in cache for the second look) summed in f32 about the block's own mean, as a two-pass
-// variance is, merged with Chan's formula.
+// rows summed in f32 about a mean (the first block's own, found in a first look while it is in
+// cache; then the mean so far), as a two-pass variance is, merged with Chan's formula.
 struct Moments {
   double count = 0;
   std::vector<double> mean, m2;
@@ -86,34 +86,37 @@ struct Moments {
 
 template <class E>
 void moments_of_rows(Moments& out, const typename E::T* x, int64_t C, int64_t begin, int64_t end) {
-  std::vector<float> shift(static_cast<size_t>(C));
-  std::vector<double> s1(static_cast<size_t>(C)), s2(static_cast<size_t>(C));
+  std::vector<float> shift(static_cast<size_t>(C)), s1(static_cast<size_t>(C)), s2(static_cast<size_t>(C));
   std::vector<double> bm(static_cast<size_t>(C)), bm2(static_cast<size_t>(C));
   for (int64_t r0 = begin; r0 < end; r0 += kBlockRows) {
     const int64_t r1 = std::min(end, r0 + kBlockRows);
     const double n = double(r1 - r0);
     isa_loop<typename E::T>([&] {
       float* __restrict k = shift.data();
-      double* __restrict a = s1.data();
-      double* __restrict b = s2.data();
+      float* __restrict a = s1.data();
+      float* __restrict b = s2.data();
+      if (r0 == begin) {  // the first block's own mean; later blocks go about the mean so far
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) k[c] = 0.f;
-      for (int64_t r = r0; r < r1; ++r) {
-        const typename E::T* __restrict row = x + r * C;
+        for (int64_t c = 0; c < C; ++c) k[c] = 0.f;
+        for (int64_t r = r0; r < r1; ++r) {
+          const typename E::T* __restrict row = x + r * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) k[c] += E::load(row[c]);
+          for (int64_t c = 0; c < C; ++c) k[c] += E::load(row[c]);
+        }
+        const float inv_n = float(1.0 / n);
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) k[c] *= inv_n;
+      } else {
+        const double* __restrict so_far = out.mean.data();
+        for (int64_t c = 0; c < C; ++c) k[c] = float(so_far[c]);
       }
-      const float inv_n = float(1.0 / n);
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        k[c] *= inv_n;
-        a[c] = b[c] = 0.0;
-      }
+      for (int64_t c = 0; c < C; ++c) a[c] = b[c] = 0.f;
       for (int64_t r = r0; r < r1; ++r) {
         const typename E::T* __restrict row = x + r * C;
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-          const double d = E::load(row[c]) - k[c];
+          const float d = E::load(row[c]) - k[c];
           a[c] += d;
           b[c] += d * d;
         }
