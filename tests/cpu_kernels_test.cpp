@@ -156,9 +156,59 @@ TEST_CASE("batch norm train / eval / backward match the reference") {
   CHECK(sweep_batch_norm(cpu(), {DType::f32, DType::bf16, DType::f16}));
 }
 TEST_CASE("batch norm fused with relu(y + residual), forward and backward, match the reference") {
-  // Channels-last and (N, C) take the own two-pass loops; NCHW and a residual in another
-  // layout compose the separate kernels.
+  // 16-bit channels-last and (N, C) take the own two-pass loops; f32, NCHW and a residual in
+  // another layout compose the separate kernels.
   CHECK(sweep_batch_norm_relu(cpu(), {DType::f32, DType::bf16, DType::f16}));
+}
+
+// The own loops' statistics merge blocks of 256 rows and the threads' partial sums: sizes
+// that take many blocks and both threads, a mean far from 0, and no affine parameters.
+TEST_CASE("fused batch norm + relu over many blocks and threads, with a large mean and without gamma/beta") {
+  struct Case {
+    Shape shape;
+    DType dt;
+    double offset;
+    bool affine, residual;
+  };
+  const Case cases[] = {{{64, 64, 16, 16}, DType::bf16, 100.0, true, true},
+                        {{600, 40}, DType::f16, -30.0, true, false},
+                        {{8, 33, 9, 11}, DType::bf16, 0.0, false, true}};
+  std::mt19937 rng(5);
+  const double eps = 1e-5;
+  for (const Case& c : cases) {
+    const int64_t C = c.shape[1];
+    const Layout lay = c.shape.size() == 4 ? Layout::nhwc : Layout::nchw;  // rows of C channels
+    const std::string name = shape_str(c.shape) + " " + dtype_name(c.dt);
+    CAPTURE(name);
+    Buf x = random(c.shape, c.dt, lay, rng, c.offset - 1, c.offset + 1);
+    Buf r = random(c.shape, c.dt, lay, rng), dy = random(c.shape, c.dt, lay, rng);
+    Buf g = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({C}, DType::f32, Layout::nchw, rng);
+    const View* gp = c.affine ? &g.v : nullptr;
+    const View* bp = c.affine ? &b.v : nullptr;
+    const View* rp = c.residual ? &r.v : nullptr;
+    Buf y1 = like(x), y2 = like(x), m1 = make({C}, DType::f32), m2 = like(m1), v1 = like(m1), v2 = like(m1);
+    cpu().batch_norm_relu_forward_train(y1.v, m1.v, v1.v, x.v, gp, bp, rp, eps);
+    ref().batch_norm_relu_forward_train(y2.v, m2.v, v2.v, x.v, gp, bp, rp, eps);
+    const double terms = double(x.v.numel() / C);
+    CHECK(close(m1.v, m2.v, 1e-6, 1e-6, "mean " + name));
+    CHECK(close(v1.v, v2.v, 1e-4, 1e-6, "var " + name));
+    CHECK(close(y1.v, y2.v, rtol_of(c.dt), atol_of(c.dt, 1), "y " + name));
+    Buf dx1 = like(x), dx2 = like(x), dr1 = like(x), dr2 = like(x);
+    Buf dg1 = like(m1), dg2 = like(m1), db1 = like(m1), db2 = like(m1);
+    View *dg1p = c.affine ? &dg1.v : nullptr, *dg2p = c.affine ? &dg2.v : nullptr;
+    View *db1p = c.affine ? &db1.v : nullptr, *db2p = c.affine ? &db2.v : nullptr;
+    cpu().batch_norm_relu_backward(dx1.v, c.residual ? &dr1.v : nullptr, dg1p, db1p, dy.v, y2.v, x.v, m2.v,
+                                   v2.v, gp, eps);
+    ref().batch_norm_relu_backward(dx2.v, c.residual ? &dr2.v : nullptr, dg2p, db2p, dy.v, y2.v, x.v, m2.v,
+                                   v2.v, gp, eps);
+    CHECK(close(dx1.v, dx2.v, rtol_of(c.dt) * 10, atol_of(c.dt, 1) * 10, "dx " + name));
+    if (c.residual) CHECK(close(dr1.v, dr2.v, 0, 0, "dresidual " + name));
+    if (c.affine) {
+      // f32 sums of many 16-bit terms: against the sums' scale (the terms), not their values.
+      CHECK(close(dg1.v, dg2.v, 1e-4, 1e-5 * terms, "dgamma " + name));
+      CHECK(close(db1.v, db2.v, 1e-4, 1e-5 * terms, "dbeta " + name));
+    }
+  }
 }
 
 TEST_CASE("softmax / log-softmax forward and backward match the reference") {

@@ -55,8 +55,12 @@ def check_named(what, out, rank, pid):
     said = [l for l in out.splitlines() if f"failed on rank {rank}" in l]
     ok = any(f"rank 2 (process {pid}) did not arrive" in l and "allreduce #" in l for l in said)
     check(ok, f"{what}: rank {rank} names rank 2, its process and the collective: {said!r}")
-    if not ok:  # all the run said after training began, to tell a lost line from another error
-        print("\n".join(f"     | {l}" for l in out.splitlines() if "Iteration [" not in l))
+    return ok
+
+
+def show(out):
+    """All a run said after training began: tells a lost line from another error."""
+    print("\n".join(f"     | {l}" for l in out.splitlines() if "Iteration [" not in l))
 
 
 for transport in ("shm", "tcp", "mpi"):
@@ -77,8 +81,8 @@ for transport in ("shm", "tcp", "mpi"):
     print(f"     {what}: exit {status} {took:.2f} s after the stop")
     check(status not in (None, 0) and took < LIMIT,
           f"{what}: the run ends non-zero within {LIMIT:.0f} s ({status}, {took:.2f} s)")
-    for r in (0, 1):
-        check_named(what, out, r, pid)
+    if not all([check_named(what, out, r, pid) for r in (0, 1)]):
+        show(out)
 
 for transport in ("shm", "tcp"):
     what = f"environment launch, --transport {transport}"
@@ -99,7 +103,8 @@ for transport in ("shm", "tcp"):
     for r, (out, status) in enumerate(outs):
         check(status == 1 and took < LIMIT,
               f"{what}: rank {r} exits 1 within {LIMIT:.0f} s ({status}, {took:.2f} s)")
-        check_named(what, out, r, procs[2].pid)
+        if not check_named(what, out, r, procs[2].pid):
+            show(out)
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

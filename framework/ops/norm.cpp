@@ -138,7 +138,8 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
   // Not on oneDNN's blocked layout (Note [blocked tensors]): the separate kernels keep it.
   const bool fused = training && kernel_backend(x.device()).batch_norm_relu_forward_train &&
                      x.layout() == MemoryLayout::strided &&
-                     (!residual.defined() || residual.dtype() == x.dtype());
+                     (!residual.defined() ||
+                      (residual.dtype() == x.dtype() && residual.layout() == MemoryLayout::strided));
   if (fused)
     return fused_batch_norm_relu(x, running_mean, running_var, num_batches_tracked, weight, bias, momentum,
                                  eps, residual);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
@@ -124,7 +125,8 @@ void moments_of_rows(Moments& out, const typename E::T* x, int64_t C, int64_t be
     });
     for (int64_t c = 0; c < C; ++c) {
       bm[c] = double(shift[c]) + double(s1[c]) / n;
-      bm2[c] = std::max(0.0, double(s2[c]) - double(s1[c]) * double(s1[c]) / n);
+      const double m2 = double(s2[c]) - double(s1[c]) * double(s1[c]) / n;
+      bm2[c] = m2 < 0 ? 0.0 : m2;  // rounding below zero; a NaN (from an inf) stays
     }
     out.merge(n, bm.data(), bm2.data());
   }
@@ -305,7 +307,8 @@ void backward(const View& dx, const View* dresidual, const View* dgamma, const V
 void batch_norm_relu_forward_train(const View& y, const View& mean, const View& var, const View& x,
                                    const View* gamma, const View* beta, const View* residual, double eps) {
   const bool done = fits(x, {&y, residual}, {&mean, &var, gamma, beta}) && with_elem(x.dtype, [&](auto e) {
-    forward<decltype(e)>(y, mean, var, x, gamma, beta, residual, eps);
+    if constexpr (std::is_same_v<decltype(e), F32>) return false;
+    else forward<decltype(e)>(y, mean, var, x, gamma, beta, residual, eps);
     return true;
   });
   if (done) return;
@@ -319,18 +322,21 @@ void batch_norm_relu_backward(const View& dx, const View* dresidual, const View*
                               const View* gamma, double eps) {
   const bool done = fits(x, {&dx, dresidual, &dy, &y}, {&mean, &var, gamma, dgamma, dbeta}) &&
                     with_elem(x.dtype, [&](auto e) {
-                      backward<decltype(e)>(dx, dresidual, dgamma, dbeta, dy, y, x, mean, var, gamma, eps);
+                      if constexpr (std::is_same_v<decltype(e), F32>) return false;
+                      else backward<decltype(e)>(dx, dresidual, dgamma, dbeta, dy, y, x, mean, var, gamma, eps);
                       return true;
                     });
   if (done) return;
-  // dz into dresidual, which equals it, or into a buffer of dy's shape.
+  // dz into dresidual, which equals it, or into a buffer laid out as dy (so that oneDNN reads
+  // it as it reads x, without a reorder, where dy is dense). relu_backward passes dy where y is
+  // NaN, where the fused loops (and the reference) give 0.
   ScratchBuffer buffer;
   View dz;
   if (dresidual) {
     dz = *dresidual;
   } else {
     buffer = ScratchBuffer(size_t(dy.numel()) * dtype_size(dy.dtype));
-    dz = View{buffer.data(), dy.dtype, dy.shape, contiguous_strides(dy.shape)};
+    dz = View{buffer.data(), dy.dtype, dy.shape, is_dense(dy) ? dy.strides : contiguous_strides(dy.shape)};
   }
   binary(BinaryOp::relu_backward, dz, dy, y);
   batch_norm_backward(dx, dgamma, dbeta, dz, x, mean, var, gamma, eps);

@@ -58,7 +58,8 @@ dnnl::algorithm dnnl_algorithm(ConvAlgorithm a) {
 
 // The algorithm for a convolution whose input (forward, backward-weights) or input gradient
 // (backward-data) has `channels`: oneDNN's Winograd pads them to its block of 16, so below
-// that (an image model's first layer: 3) the direct sums run instead (docs/kernels.md).
+// that (an image model's first layer: 3) the direct sums run instead (docs/kernels.md; only
+// f32 had taken Winograd there).
 ConvAlgorithm algorithm_for(int64_t channels) {
   const ConvAlgorithm a = conv_algorithm();
   return a == ConvAlgorithm::automatic && channels < 16 ? ConvAlgorithm::direct : a;

@@ -20,11 +20,12 @@ namespace {
 
 // Output pixels at most this many per image: above it oneDNN's direct kernels win. bf16 on
 // AMX: its kernel is as fast as the matmul from 8x8 up; on AVX512-BF16 without AMX (where
-// the Winograd kernels run) the matmul stays ahead up to 16x16 (the strided layers of
-// ResNet, docs/kernels.md).
-int64_t max_output_pixels(DType dtype) {
+// the Winograd kernels run) the matmul stays ahead of its strided kernels up to 16x16 (the
+// strided layers of ResNet, docs/kernels.md; stride 1 was not measured).
+int64_t max_output_pixels(DType dtype, const Conv2dParams& p) {
   if (dtype != DType::bf16) return 64;
-  return winograd_runs_here() ? 256 : 16;
+  const bool strided = p.stride_h > 1 || p.stride_w > 1;
+  return strided && winograd_runs_here() ? 256 : 16;
 }
 // Rows of the patch matrix per sgemm: large enough for sgemm to run near its peak,
 // small enough that the chunk stays in the last-level cache.
@@ -178,7 +179,7 @@ bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, 
   if (!alike || dw.dim() != 4 || !x.is_channels_last() || !dy.is_channels_last()) return false;
   const Dims d{x.shape[0],  x.shape[1],  x.shape[2],  x.shape[3], dy.shape[1],
                dy.shape[2], dy.shape[3], dw.shape[2], dw.shape[3]};
-  if (d.P * d.Q > max_output_pixels(t) || d.rows() == 0 || d.K == 0 || d.patch() == 0)
+  if (d.P * d.Q > max_output_pixels(t, p) || d.rows() == 0 || d.K == 0 || d.patch() == 0)
     return false;
   if (t == DType::f32) backward_weights<float>(dw, db, dy, x, d, p);
   else backward_weights<uint16_t>(dw, db, dy, x, d, p);

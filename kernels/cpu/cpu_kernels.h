@@ -57,7 +57,8 @@ void batch_norm_backward(const View& dx, const View* dgamma, const View* dbeta, 
                          const View& x, const View& mean, const View& var, const View* gamma,
                          double eps);
 // Batch norm fused with relu(y + residual), as the backend table has them: own two-pass loops
-// for channels-last (or (N, C)) activations, else the separate kernels (batch_norm_relu.cpp).
+// for 16-bit channels-last (or (N, C)) activations, else the separate kernels
+// (batch_norm_relu.cpp).
 void batch_norm_relu_forward_train(const View& y, const View& mean, const View& var, const View& x,
                                    const View* gamma, const View* beta, const View* residual, double eps);
 void batch_norm_relu_backward(const View& dx, const View* dresidual, const View* dgamma, const View* dbeta,

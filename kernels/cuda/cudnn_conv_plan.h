@@ -179,9 +179,9 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
 
 // Note [Searching the legacy API]: cudnnFind*AlgorithmEx runs every legacy algorithm, the
 // slow ones too, and on an H100 the graph API's best won every 16-bit choice of VGG-11,
-// ResNet-18 and ResNet-50 by a wide margin (docs/cuda.md), so a 16-bit convolution searches
-// the legacy API only when none of the graph API's candidates qualifies. f32 (FMA or TF32)
-// and f64 search both: their kernels differ more between the two APIs.
+// ResNet-18 and ResNet-50 by a wide margin (docs/cuda.md), so a 16-bit convolution (f16
+// taken with bf16: the same tensor-core engines, unmeasured) searches the legacy API only when
+// none of the graph API's candidates qualifies. f32 (FMA or TF32) and f64 search both.
 inline bool search_legacy(DType dtype, bool allow_tf32, const ConvCandidate* graph_found, int count,
                           size_t workspace_limit) {
   if (dtype != DType::f16 && dtype != DType::bf16) return true;
