@@ -21,6 +21,9 @@ namespace {
 // Rows per partial sum: f32 accumulates at most this many terms before they go to f64.
 constexpr int64_t kBlockRows = 256;
 
+// Threads for `rows` rows of C channels: one below what pays for a team's start.
+int team_size(int64_t rows, int64_t C) { return rows * C > 65536 ? omp_get_max_threads() : 1; }
+
 // The number of rows when v is (N, C, H, W) channels-last and dense, or (N, C) dense: row r
 // holds its C channels at v + r * C. 0 when v is laid out otherwise.
 int64_t channel_rows(const View& v) {
@@ -135,7 +138,7 @@ void moments_of_rows(Moments& out, const typename E::T* x, int64_t C, int64_t be
 // mean and biased var of x's channels over its `rows` rows, each thread taking a range of rows.
 template <class E>
 Moments batch_moments(const typename E::T* x, int64_t C, int64_t rows) {
-  const int threads = rows * C > 65536 ? omp_get_max_threads() : 1;
+  const int threads = team_size(rows, C);
   std::vector<Moments> part(static_cast<size_t>(threads), Moments(C));
 #pragma omp parallel num_threads(threads)
   {
@@ -152,7 +155,7 @@ Moments batch_moments(const typename E::T* x, int64_t C, int64_t rows) {
 // body(begin, end) over ranges of rows, in parallel where there is enough to share.
 template <class Body>
 void for_rows(int64_t rows, int64_t C, const Body& body) {
-  const int threads = rows * C > 65536 ? omp_get_max_threads() : 1;
+  const int threads = team_size(rows, C);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -168,14 +171,14 @@ void forward(const View& y, const View& mean, const View& var, const View& x, co
   const Moments m = batch_moments<E>(x.ptr<const T>(), C, rows);
   // y = (x - mean) scale + beta, as PyTorch computes it: x scale + (beta - mean scale) would
   // lose x's digits to the cancellation where the mean is large against the spread.
-  std::vector<float> mu(static_cast<size_t>(C)), scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  std::vector<float> mu(static_cast<size_t>(C)), scale(static_cast<size_t>(C)), offset(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
     const double v = m.m2[size_t(c)] / m.count;  // biased, as the contract's
     const double invstd = 1.0 / std::sqrt(v + eps);
     mean.ptr<float>()[c] = mu[size_t(c)] = float(m.mean[size_t(c)]);
     var.ptr<float>()[c] = float(v);
     scale[size_t(c)] = float(at(gamma, c, 1.f) * invstd);
-    shift[size_t(c)] = at(beta, c, 0.f);
+    offset[size_t(c)] = at(beta, c, 0.f);
   }
   const T* px = x.ptr<const T>();
   const T* pr = residual ? residual->ptr<const T>() : nullptr;
@@ -184,7 +187,7 @@ void forward(const View& y, const View& mean, const View& var, const View& x, co
     isa_loop<T>([&] {
       const float* __restrict m0 = mu.data();
       const float* __restrict s = scale.data();
-      const float* __restrict h = shift.data();
+      const float* __restrict h = offset.data();
       for (int64_t r = begin; r < end; ++r) {
         const T* __restrict xr = px + r * C;
         T* __restrict yr = py + r * C;
@@ -260,7 +263,7 @@ void backward(const View& dx, const View* dresidual, const View* dgamma, const V
   const T *pdy = dy.ptr<const T>(), *py = y.ptr<const T>(), *px = x.ptr<const T>();
   T* pdr = dresidual ? dresidual->ptr<T>() : nullptr;
   const float* mu = mean.ptr<const float>();
-  const int threads = rows * C > 65536 ? omp_get_max_threads() : 1;
+  const int threads = team_size(rows, C);
   std::vector<double> sums(size_t(threads) * 2 * size_t(C), 0.0);
 #pragma omp parallel num_threads(threads)
   {
