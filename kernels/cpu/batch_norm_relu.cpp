@@ -27,15 +27,8 @@ int team_size(int64_t rows, int64_t C) { return rows * C > 65536 ? omp_get_max_t
 // The number of rows when v is (N, C, H, W) channels-last and dense, or (N, C) dense: row r
 // holds its C channels at v + r * C. 0 when v is laid out otherwise.
 int64_t channel_rows(const View& v) {
-  if (v.dim() != 2 && v.dim() != 4) return 0;
-  const int64_t C = v.shape[1];
-  Shape dense;
-  if (v.dim() == 2) dense = {C, 1};
-  else dense = {v.shape[2] * v.shape[3] * C, 1, v.shape[3] * C, C};
-  for (int d = 0; d < v.dim(); ++d) {
-    if (v.shape[d] != 1 && v.strides[d] != dense[d]) return 0;
-  }
-  return v.numel() / std::max<int64_t>(C, 1);
+  const bool rows = v.dim() == 4 ? v.is_channels_last() : v.dim() == 2 && v.is_contiguous();
+  return rows ? v.numel() / std::max<int64_t>(v.shape[1], 1) : 0;
 }
 
 bool channel_vector(const View* v, int64_t C) {
@@ -60,13 +53,6 @@ bool fits(const View& x, std::initializer_list<const View*> acts, std::initializ
 
 float at(const View* v, int64_t c, float otherwise) {
   return v ? v->ptr<const float>()[c] : otherwise;
-}
-
-// f(), built for the widest ISA where T is 16-bit (its conversions are most of the work).
-template <class T, class F>
-void isa_loop(const F& f) {
-  if constexpr (sizeof(T) == 2) with_loop_isa(f);
-  else f();
 }
 
 // Per-channel mean and M2 (sum of squared deviations) of rows [begin, end), in f64: blocks of
@@ -95,7 +81,7 @@ void moments_of_rows(Moments& out, const typename E::T* x, int64_t C, int64_t be
   for (int64_t r0 = begin; r0 < end; r0 += kBlockRows) {
     const int64_t r1 = std::min(end, r0 + kBlockRows);
     const double n = double(r1 - r0);
-    isa_loop<typename E::T>([&] {
+    sized_loop<typename E::T>([&] {
       float* __restrict k = shift.data();
       float* __restrict a = s1.data();
       float* __restrict b = s2.data();
@@ -184,7 +170,7 @@ void forward(const View& y, const View& mean, const View& var, const View& x, co
   const T* pr = residual ? residual->ptr<const T>() : nullptr;
   T* py = y.ptr<T>();
   for_rows(rows, C, [&](int64_t begin, int64_t end) {
-    isa_loop<T>([&] {
+    sized_loop<T>([&] {
       const float* __restrict m0 = mu.data();
       const float* __restrict s = scale.data();
       const float* __restrict h = offset.data();
@@ -219,7 +205,7 @@ void backward_sums(const typename E::T* dy, const typename E::T* y, const typena
   std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
   for (int64_t r0 = begin; r0 < end; r0 += kBlockRows) {
     const int64_t r1 = std::min(end, r0 + kBlockRows);
-    isa_loop<typename E::T>([&] {
+    sized_loop<typename E::T>([&] {
       float* __restrict pa = a.data();
       float* __restrict pb = b.data();
 #pragma omp simd
@@ -288,7 +274,7 @@ void backward(const View& dx, const View* dresidual, const View* dgamma, const V
   }
   T* pdx = dx.ptr<T>();
   for_rows(rows, C, [&](int64_t begin, int64_t end) {
-    isa_loop<T>([&] {
+    sized_loop<T>([&] {
       const float *__restrict pa = a.data(), *__restrict pb = b.data(), *__restrict pk = k.data();
       for (int64_t r = begin; r < end; ++r) {
         const T* __restrict dyr = pdy + r * C;

@@ -16,15 +16,6 @@
 namespace ringflow::cpu {
 namespace {
 
-// f(), built for the CPU's widest ISA where T is 16-bit: the conversions to and from f32 are
-// most of such a loop's work, and the baseline build does them element by element. f32
-// loops stay at the baseline, which ran them faster than the wider builds (docs/kernels.md).
-template <class T, class F>
-void sized_loop(const F& f) {
-  if constexpr (sizeof(T) == 2) with_loop_isa(f);
-  else f();
-}
-
 // Inner loops, specialised on whether each input is unit-stride (true) or broadcast.
 template <class E, bool A, class Fn>
 inline void inner1(typename E::T* __restrict o, const typename E::T* __restrict a, int64_t n,

@@ -34,4 +34,13 @@ void with_loop_isa(const F& f) {
   }
 }
 
+// f(), built for the CPU's widest ISA where T is 16-bit: the conversions to and from f32 are
+// most of such a loop's work, and the baseline build does them element by element. f32 loops
+// stay at the baseline, which ran them faster than the wider builds (docs/kernels.md).
+template <class T, class F>
+void sized_loop(const F& f) {
+  if constexpr (sizeof(T) == 2) with_loop_isa(f);
+  else f();
+}
+
 }  // namespace ringflow::cpu

@@ -2,11 +2,12 @@
 // and bf16, f32 accumulation for the 16-bit types. For each shape (with its layout, dtype and
 // alignment) the candidates of cuDNN's graph API (engine configurations its heuristics list,
 // timed here) and of its legacy API (cudnnFind*AlgorithmEx; for f16 and bf16 only where none
-// of the graph API's qualifies: Note [Searching the legacy API]) are measured once, as cudnn.benchmark
-// does, and the fastest that qualifies is cached (Note [cuDNN's two convolution APIs] in
-// cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot describe
-// are copied dense first; asymmetric padding reaches cuDNN as explicit zeros (Note [Asymmetric
-// padding on cuDNN]).
+// of the graph API's qualifies: Note [Searching the legacy API]) are measured once, as
+// cudnn.benchmark does, and the fastest that qualifies is cached (Note [cuDNN's two
+// convolution APIs] in cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in
+// cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot
+// describe are copied dense first; asymmetric padding reaches cuDNN as explicit zeros (Note
+// [Asymmetric padding on cuDNN]).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy conv API of cuDNN 9
 

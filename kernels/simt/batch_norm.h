@@ -206,8 +206,9 @@ struct AddReluBody {
 // channel, one thread's partial statistics (adjacent threads on adjacent channels); (2) one
 // block per channel merging its chunks' partials (Chan's pairwise formula for means and squared
 // deviations) into mean and var, and into per-channel coefficients in a workspace; (3) the
-// elementwise pass with those coefficients, 16 bytes per access where C and the pointers allow. Backward the same with the sums of dz and
-// dz * (x - mean), dz being dy under relu's mask.
+// elementwise pass with those coefficients, 16 bytes per access where C and the pointers
+// allow. Backward the same with the sums of dz and dz * (x - mean), dz being dy under relu's
+// mask.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
 
