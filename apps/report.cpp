@@ -36,7 +36,7 @@ nlohmann::json metrics_header(const std::vector<std::string>& arguments, const B
                      {"cudnn", build.cudnn}, {"mpi", build.mpi}}},
           {"cpu", {{"model", c.model}, {"avx2", c.avx2}, {"avx512", c.avx512},
                    {"avx512_bf16", c.avx512_bf16}, {"amx", c.amx}, {"onednn_isa", c.onednn_isa},
-                   {"bf16_winograd", c.bf16_winograd}}},
+                   {"bf16_winograd", c.bf16_winograd}, {"f32_winograd", c.f32_winograd}}},
           {"libraries", libraries},
           {"hosts", hosts},
           {"world_size", world_size}};

@@ -221,7 +221,7 @@ struct Backend {
 // was built without CUDA.
 const Backend& reference_backend();
 const Backend& cpu_backend();
-// Whether this CPU has bf16 arithmetic (AVX512-BF16). Without it the CPU table's
+// Whether this CPU has bf16 arithmetic (AVX512-BF16) and oneDNN uses it. Without it the CPU table's
 // convolutions and matmuls take bf16 operands widened to f32 (exact) and round their results
 // back: bf16 values at f32 speed. f16 operands always take that way (kernels/cpu/widen.h).
 bool cpu_native_bf16();

@@ -78,6 +78,7 @@ CpuIsa cpu_isa() {
     c.amx = (static_cast<int>(effective) & amx) == amx;
     c.onednn_isa = onednn_isa_name(effective);
     c.bf16_winograd = cpu::winograd_runs_here();
+    c.f32_winograd = cpu::winograd_f32_runs_here();
     return c;
   }();
   return isa;
@@ -113,7 +114,7 @@ std::string describe(const BuildInfo& info) {
   out << "cpu: " << (c.model.empty() ? "unknown model" : c.model) << "; AVX2 " << on_off(c.avx2)
       << ", AVX-512 " << on_off(c.avx512) << ", AVX512-BF16 " << on_off(c.avx512_bf16)
       << ", AMX " << on_off(c.amx) << "; oneDNN ISA " << c.onednn_isa << "; bf16 Winograd "
-      << on_off(c.bf16_winograd) << "\n";
+      << on_off(c.bf16_winograd) << ", f32 Winograd " << on_off(c.f32_winograd) << "\n";
   for (const LibraryVersion& l : info.libraries) out << l.name << ": " << l.version << "\n";
   return out.str();
 }

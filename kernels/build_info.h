@@ -19,6 +19,7 @@ struct CpuIsa {
   bool amx = false;         // oneDNN runs bf16 convolutions and matmuls on AMX tiles
   std::string onednn_isa;   // oneDNN's effective ISA, e.g. "avx512_core_bf16"
   bool bf16_winograd = false;  // ringflow's bf16 Winograd runs here (kernels/cpu/winograd.cpp)
+  bool f32_winograd = false;   // ringflow's f32 Winograd runs here (kernels/cpu/winograd_f32.cpp)
 };
 
 struct LibraryVersion {

@@ -112,6 +112,80 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   CHECK_FALSE(cpu::winograd_forward(y.v, x.v, w.v, nullptr, padded));
 }
 
+// Where oneDNN runs below AVX-512 (an AVX2-only CPU, or cpu_kernels_avx2's
+// ONEDNN_MAX_CPU_ISA=AVX2), f32 3x3 layers take our Winograd kernels, on activations in
+// oneDNN's nChw8c (as the framework keeps them there), channels-last, or NCHW (a copy).
+TEST_CASE("f32 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
+  if (!cpu::winograd_f32_runs_here()) {
+    MESSAGE("not checked: f32 Winograd runs where the CPU has AVX2 and oneDNN no AVX-512");
+    return;
+  }
+  const ConvAlgorithmGuard guard(ConvAlgorithm::automatic);
+  std::mt19937 rng(4);
+  // Odd sizes leave half-empty tiles, 1x1 images a single one; a last column block of 8
+  // (24 and 40 channels); threads with chunks of their own or sharing each chunk (512x512
+  // weights in the forward; 128x128 in backward-weights, whose 576 tiles leave a short last
+  // chunk).
+  const int64_t shapes[][5] = {{2, 8, 24, 7, 9},    {3, 40, 64, 8, 8},   {1, 64, 32, 1, 1},
+                               {5, 32, 96, 4, 5},   {1, 16, 32, 5, 5},   {1, 64, 64, 32, 32},
+                               {2, 512, 512, 3, 5}, {9, 128, 128, 16, 16}, {2, 256, 256, 8, 8},
+                               {2, 64, 64, 32, 32}};
+  for (const auto& [N, C, K, H, W] : shapes) {
+    const Layout layout = N == 9 || N == 5 ? Layout::nchw : Layout::nhwc;
+    ConvCase c{N, C, K, H, W, 3, 3, {}, layout, layout, DType::f32};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    CHECK(check_conv(cpu(), c, rng));
+
+    // The same in nChw8c, against the reference on strided copies; and that it took this path.
+    const auto blocked = [](const Buf& strided) {
+      Buf b = make(strided.v.shape, DType::f32, Layout::nchw);
+      b.v.layout = MemoryLayout::nChw8c;
+      cpu().copy(b.v, strided.v);
+      return b;
+    };
+    const auto strided = [](const Buf& b) {
+      Buf s = make(b.v.shape, DType::f32, Layout::nchw);
+      cpu().copy(s.v, b.v);
+      return s;
+    };
+    Buf x = random({N, C, H, W}, DType::f32, Layout::nchw, rng);
+    Buf w = random({K, C, 3, 3}, DType::f32, Layout::nchw, rng);
+    Buf bias = random({K}, DType::f32, Layout::nchw, rng);
+    Buf dy = random({N, K, H, W}, DType::f32, Layout::nchw, rng);
+    Buf bx = blocked(x), bdy = blocked(dy), by = blocked(dy), bdx = blocked(x);
+    Buf dw1 = like(w), dw2 = like(w), db1 = like(bias), db2 = like(bias);
+    CHECK(cpu::winograd_f32_forward(by.v, bx.v, w.v, &bias.v, c.p));
+    CHECK(cpu::winograd_f32_backward_data(bdx.v, bdy.v, w.v, c.p));
+    CHECK(cpu::winograd_f32_backward_weights(dw1.v, &db1.v, bdy.v, bx.v, c.p));
+    Buf y2 = like(dy), dx2 = like(x);
+    ref().conv2d_forward(y2.v, x.v, w.v, &bias.v, c.p);
+    ref().conv2d_backward_data(dx2.v, dy.v, w.v, c.p);
+    ref().conv2d_backward_weights(dw2.v, &db2.v, dy.v, x.v, c.p);
+    const double f32 = rtol_of(DType::f32);
+    CHECK(close(strided(by).v, y2.v, f32, atol_of(DType::f32, C * 9.0), "nChw8c forward"));
+    CHECK(close(strided(bdx).v, dx2.v, f32, atol_of(DType::f32, K * 9.0), "nChw8c backward-data"));
+    CHECK(close(dw1.v, dw2.v, f32, atol_of(DType::f32, double(N * H * W)), "nChw8c backward-weights"));
+    CHECK(close(db1.v, db2.v, f32, atol_of(DType::f32, double(N * H * W)), "nChw8c bias gradient"));
+  }
+  // Not for bf16, other geometries, channel counts off the 8-lane block, or --conv-algo direct.
+  Buf x = random({2, 16, 8, 8}, DType::f32, Layout::nhwc, rng);
+  Buf w = random({32, 16, 3, 3}, DType::f32, Layout::nchw, rng);
+  Buf y = make({2, 32, 8, 8}, DType::f32, Layout::nhwc);
+  Conv2dParams padded;
+  padded.pad_top = padded.pad_bottom = padded.pad_left = padded.pad_right = 1;
+  CHECK(cpu::winograd_f32_forward(y.v, x.v, w.v, nullptr, padded));
+  CHECK_FALSE(cpu::winograd_f32_forward(y.v, x.v, w.v, nullptr, Conv2dParams{}));
+  Buf x12 = random({2, 12, 8, 8}, DType::f32, Layout::nhwc, rng);
+  Buf w12 = random({32, 12, 3, 3}, DType::f32, Layout::nchw, rng);
+  CHECK_FALSE(cpu::winograd_f32_forward(y.v, x12.v, w12.v, nullptr, padded));
+  Buf xb = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);
+  Buf wb = random({32, 16, 3, 3}, DType::bf16, Layout::nchw, rng);
+  Buf yb = make({2, 32, 8, 8}, DType::bf16, Layout::nhwc);
+  CHECK_FALSE(cpu::winograd_f32_forward(yb.v, xb.v, wb.v, nullptr, padded));
+  set_conv_algorithm(ConvAlgorithm::direct);
+  CHECK_FALSE(cpu::winograd_f32_forward(y.v, x.v, w.v, nullptr, padded));
+}
+
 // ---------------------------------------------------------------- matmul
 void check_matmul(int64_t B, int64_t M, int64_t K, int64_t N, bool ta, bool tb, bool bcast_a,
                   bool bcast_b, DType dt, std::mt19937& rng, int& failed) {

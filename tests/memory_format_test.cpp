@@ -193,9 +193,12 @@ TEST_CASE("auto keeps a conv-bn-relu-add-pool chain in oneDNN's blocked layout: 
   }
   // Anything that reads elements sees the values, never the blocked memory as strided: a view
   // (flatten, as before a classifier), a slice, and the tensor itself (which converts in place).
+  // Blocked memory read as strided would be off by O(1); 1e-5 leaves room for the two
+  // layouts' batch norms, whose sums round differently (h1 differs by ~1e-6 through our f32
+  // Winograd convolutions under AVX2).
   CHECK(b.h1.layout() == blocked);
-  CHECK(all_close(b.h1.flatten(1), plain.h1.flatten(1), 1e-6, 1e-6, "flatten"));
+  CHECK(all_close(b.h1.flatten(1), plain.h1.flatten(1), 1e-5, 1e-5, "flatten"));
   CHECK(b.h1.layout() == MemoryLayout::strided);
-  CHECK(all_close(b.h0.slice(1, 3, 5), plain.h0.slice(1, 3, 5), 1e-6, 1e-6, "slice"));
+  CHECK(all_close(b.h0.slice(1, 3, 5), plain.h0.slice(1, 3, 5), 1e-5, 1e-5, "slice"));
   CHECK(b.h0.layout() == MemoryLayout::strided);  // the slice converted it
 }

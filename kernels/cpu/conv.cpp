@@ -146,7 +146,7 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
     conv2d_forward(wy.view(), wx.view(), ww.view(), wb ? wb->ptr() : nullptr, p);
     return wy.finish();
   }
-  if (winograd_forward(y, x, w, bias, p)) return;
+  if (winograd_forward(y, x, w, bias, p) || winograd_f32_forward(y, x, w, bias, p)) return;
   if (!conv_ok(y, x, w) || (bias && !dnnl_friendly({bias}))) {
     return reference_forward(y, x, w, bias, p);
   }
@@ -185,7 +185,7 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
     conv2d_backward_data(wdx.view(), wdy.view(), ww.view(), p);
     return wdx.finish();
   }
-  if (winograd_backward_data(dx, dy, w, p)) return;
+  if (winograd_backward_data(dx, dy, w, p) || winograd_f32_backward_data(dx, dy, w, p)) return;
   if (!conv_ok(dx, dy, w)) return reference_backward_data(dx, dy, w, p);
   const ConvAlgorithm algo = algorithm_for(dx.shape[1]);
   KeyBuilder k("conv2d_backward_data");
@@ -226,7 +226,8 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     if (wdb) wdb->finish();
     return;
   }
-  if (winograd_backward_weights(dw, db, dy, x, p)) return;
+  if (winograd_backward_weights(dw, db, dy, x, p) || winograd_f32_backward_weights(dw, db, dy, x, p))
+    return;
   if (conv_gemm_backward_weights(dw, db, dy, x, p)) return;
   if (!conv_ok(dy, x, dy) || dw.dim() != 4 || !dnnl_friendly({&dw}) ||
       (db && !dnnl_friendly({db}))) {

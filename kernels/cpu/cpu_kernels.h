@@ -42,6 +42,16 @@ bool winograd_forward(const View& y, const View& x, const View& w, const View* b
 bool winograd_backward_data(const View& dx, const View& dy, const View& w, const Conv2dParams& p);
 bool winograd_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
                                const Conv2dParams& p);
+// f32 3x3 stride-1 convolutions by Winograd F(2x2, 3x3) where the CPU has AVX2 and oneDNN
+// runs below AVX-512, so has no Winograd of its own (winograd_f32.cpp); false when the
+// operands are not of that kind.
+bool winograd_f32_runs_here();
+bool winograd_f32_forward(const View& y, const View& x, const View& w, const View* bias,
+                          const Conv2dParams& p);
+bool winograd_f32_backward_data(const View& dx, const View& dy, const View& w,
+                                const Conv2dParams& p);
+bool winograd_f32_backward_weights(const View& dw, const View* db, const View& dy, const View& x,
+                                   const Conv2dParams& p);
 Workspace max_pool2d_forward(const View& y, const View& x, const Pool2dParams& p);
 void max_pool2d_backward(const View& dx, const View& dy, const View& x, const Workspace& ws,
                          const Pool2dParams& p);

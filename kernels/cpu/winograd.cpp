@@ -18,13 +18,15 @@
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/derived_buffer.h"
 #include "ringflow/kernels/cpu/staged_view.h"
+#include "ringflow/kernels/cpu/winograd_tiles.h"
 
 #define RF_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
 namespace ringflow::cpu {
 namespace {
 
-constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
+using namespace winograd;
+
 constexpr int kRows = 12;    // forward chunks hold a multiple of this many tiles (rows_for)
 constexpr int kCols = 64;    // micro-kernel columns: four zmm of f32 (fewer in a last block)
 constexpr int kLanes = 16;   // f32 lanes of a zmm: the channels a transform handles at once
@@ -113,31 +115,6 @@ void gemm_block(int64_t rows, int64_t cols, int64_t kb, GemmArgs g) {
 // Column blocks of the micro-kernel in `cols` columns.
 int64_t column_blocks(int64_t cols) { return (cols + kCols - 1) / kCols; }
 
-// ---------------------------------------------------------------- tiles
-// Output tile t covers output pixels (2*th + i, 2*tw + j), i, j in {0, 1}; its input patch
-// is rows 2*th - 1 .. 2*th + 2 and columns alike (pad 1), zeros outside the image.
-struct Tiles {
-  int64_t N, H, W, TH, TW;
-  Tiles(int64_t n, int64_t h, int64_t w) : N(n), H(h), W(w), TH((h + 1) / 2), TW((w + 1) / 2) {}
-  int64_t count() const { return N * TH * TW; }
-};
-
-// One tile's place: pixel(dy, dx) is the pixel (n, 2*th + dy, 2*tw + dx), or -1 outside
-// the image.
-struct Tile {
-  int64_t n, h, w;  // h, w: the output tile's top-left pixel
-  const Tiles* g;
-  Tile(const Tiles& tiles, int64_t t)
-      : n(t / (tiles.TH * tiles.TW)),
-        h(2 * (t % (tiles.TH * tiles.TW) / tiles.TW)),
-        w(2 * (t % tiles.TW)),
-        g(&tiles) {}
-  int64_t pixel(int64_t dy, int64_t dx) const {
-    const int64_t y = h + dy, x = w + dx;
-    return y < 0 || y >= g->H || x < 0 || x >= g->W ? -1 : (n * g->H + y) * g->W + x;
-  }
-};
-
 RF_AVX512BF16 inline __m512 load16(const uint16_t* p) {
   const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
@@ -146,24 +123,6 @@ RF_AVX512BF16 inline __m512 load16(const uint16_t* p) {
 RF_AVX512BF16 inline void store16(uint16_t* p, __m512 v) {
   const __m256bh h = _mm512_cvtneps_pbh(v);
   std::memcpy(p, &h, sizeof h);
-}
-
-// v = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], for 16 channels at once.
-RF_AVX512BF16 inline void input_transform(__m512 v[16], const __m512 d[16]) {
-  __m512 t[16];
-  for (int j = 0; j < 4; ++j) {
-    t[0 + j] = _mm512_sub_ps(d[0 + j], d[8 + j]);
-    t[4 + j] = _mm512_add_ps(d[4 + j], d[8 + j]);
-    t[8 + j] = _mm512_sub_ps(d[8 + j], d[4 + j]);
-    t[12 + j] = _mm512_sub_ps(d[4 + j], d[12 + j]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512* r = t + 4 * i;
-    v[4 * i + 0] = _mm512_sub_ps(r[0], r[2]);
-    v[4 * i + 1] = _mm512_add_ps(r[1], r[2]);
-    v[4 * i + 2] = _mm512_sub_ps(r[2], r[1]);
-    v[4 * i + 3] = _mm512_sub_ps(r[1], r[3]);
-  }
 }
 
 // The transformed input patch of a tile, channels c0 .. c0 + 16 of x (C channels).
@@ -178,8 +137,7 @@ RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* x, int
   input_transform(v, d);
 }
 
-// z = A dY A^T for a 2x2 output gradient, A = [1 0; 1 1; 1 -1; 0 -1]: the gradient of the
-// 16 products of a tile, channels k0 .. k0 + 16 of dy (K channels).
+// The gradient of a tile's 16 products, channels k0 .. k0 + 16 of dy (K channels).
 RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int64_t K,
                                            const Tile& tile, int64_t k0) {
   __m512 y[4];
@@ -188,45 +146,21 @@ RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int
       const int64_t px = tile.pixel(i, j);
       y[2 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(dy + px * K + k0);
     }
-  __m512 r[8];  // A dY: 4 x 2
-  for (int j = 0; j < 2; ++j) {
-    r[0 + j] = y[j];
-    r[2 + j] = _mm512_add_ps(y[j], y[2 + j]);
-    r[4 + j] = _mm512_sub_ps(y[j], y[2 + j]);
-    r[6 + j] = _mm512_sub_ps(_mm512_setzero_ps(), y[2 + j]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    z[4 * i + 0] = r[2 * i];
-    z[4 * i + 1] = _mm512_add_ps(r[2 * i], r[2 * i + 1]);
-    z[4 * i + 2] = _mm512_sub_ps(r[2 * i], r[2 * i + 1]);
-    z[4 * i + 3] = _mm512_sub_ps(_mm512_setzero_ps(), r[2 * i + 1]);
-  }
+  grad_transform(z, y);
 }
 
 // ---------------------------------------------------------------- forward
-// y = A^T m A + bias, A^T = [1 1 1 0; 0 1 -1 -1], into the output pixels of tile t.
+// The outputs of tile t from its products m (point e's at m + e * point_stride), plus bias.
 RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t,
                                const float* m, int64_t point_stride, const float* bias) {
   const Tile tile(g, t);
   for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
-    __m512 s[8];  // A^T m: 2 x 4
-    for (int j = 0; j < 4; ++j) {
-      const __m512 m0 = _mm512_loadu_ps(m + (0 + j) * point_stride + k0);
-      const __m512 m1 = _mm512_loadu_ps(m + (4 + j) * point_stride + k0);
-      const __m512 m2 = _mm512_loadu_ps(m + (8 + j) * point_stride + k0);
-      const __m512 m3 = _mm512_loadu_ps(m + (12 + j) * point_stride + k0);
-      s[j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-      s[4 + j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-    }
-    const __m512 b = bias ? _mm512_loadu_ps(bias + k0) : _mm512_setzero_ps();
-    for (int i = 0; i < 2; ++i) {
-      const __m512* r = s + 4 * i;
-      const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r[0], r[1]), r[2]), b),
-                             _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r[1], r[2]), r[3]), b)};
-      for (int j = 0; j < 2; ++j) {
-        const int64_t px = tile.pixel(i, j);
-        if (px >= 0) store16(y + px * K + k0, out[j]);
-      }
+    __m512 points[16], out[4];
+    for (int e = 0; e < kPoints; ++e) points[e] = _mm512_loadu_ps(m + e * point_stride + k0);
+    output_transform(out, points, bias ? _mm512_loadu_ps(bias + k0) : _mm512_setzero_ps());
+    for (int i = 0; i < 4; ++i) {
+      const int64_t px = tile.pixel(i / 2, i % 2);
+      if (px >= 0) store16(y + px * K + k0, out[i]);
     }
   }
 }
@@ -240,50 +174,6 @@ RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t*
     for (int e = 0; e < kPoints; ++e) store16(v + e * point_stride + c0, u[e]);
   }
 }
-
-// [begin, end) of `part` when n items are split into `parts`.
-struct Range {
-  int64_t begin, end;
-  Range(int64_t n, int part, int parts) : begin(n * part / parts), end(n * (part + 1) / parts) {}
-};
-
-// How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
-// `multiple`) whose transformed operands take about `budget` bytes: each thread takes
-// whole chunks with scratch of its own (`own`, and chunks small enough that every thread
-// gets some), or all threads share each chunk (one scratch).
-struct ChunkPlan {
-  bool own;
-  int64_t tiles, rows, chunks;
-  int slots;
-  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple)
-      : own(own_chunks), tiles(tile_count) {
-    const int threads = omp_get_max_threads();
-    const int64_t budget = own ? kOwnChunkBytes : kChunkBytes;
-    rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
-    if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
-    chunks = (tiles + rows - 1) / rows;
-    slots = own ? threads : 1;
-  }
-  static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-  // body(t0, n, slot, part, parts) for every chunk [t0, t0 + n): with own chunks by one
-  // thread (its scratch slot, part 0 of 1), else by all threads of the team together.
-  template <class Body>
-  void run(const Body& body) const {
-#pragma omp parallel
-    {
-      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-      for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
-        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
-        if (own) {
-          body(t0, n, tid, 0, 1);
-        } else {
-          body(t0, n, 0, tid, nt);
-        }
-      }
-    }
-  }
-};
 
 // y (channels-last, Cout channels) = conv3x3(x (Cin channels), weights) + bias, with the
 // weights transformed: u[point][Cin / 2][Cout][2].
@@ -321,8 +211,9 @@ struct Forward {
   // Threads take whole chunks where the transformed weights fit in a core's cache next to
   // one; otherwise they share each chunk, each with its part of the weights.
   void run() const {
-    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout),
-                         kPoints * Cin * Cout * 2 <= kOwnWeightBytes, kRows);
+    const bool own = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
+    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows,
+                         own ? kOwnChunkBytes : kChunkBytes);
     const int64_t v_slot = kPoints * plan.rows * Cin, m_slot = kPoints * plan.rows * Cout;
     ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
     ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
@@ -401,7 +292,8 @@ struct BackwardWeights {
   // Threads take whole chunks where a partial weight gradient of their own stays in a
   // core's cache; run() leaves plan.slots partial sums in du, to be added.
   ChunkPlan plan() const {
-    return ChunkPlan(g.count(), kPoints * 2 * (C + K), kPoints * C * K * 4 <= kOwnPartialBytes, 2);
+    const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;
+    return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2, own ? kOwnChunkBytes : kChunkBytes);
   }
   void run(const ChunkPlan& plan, float* du) const {
     const int64_t v_slot = kPoints * plan.rows * C, z_slot = kPoints * plan.rows * K;
@@ -417,43 +309,6 @@ struct BackwardWeights {
 };
 
 // ---------------------------------------------------------------- weights
-// G g G^T for 16 3x3 kernels g at once, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
-RF_AVX512BF16 inline void weight_transform(__m512 u[16], const __m512 g[9]) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  __m512 t[12];  // G g: 4 x 3
-  for (int j = 0; j < 3; ++j) {
-    t[0 + j] = g[j];
-    t[3 + j] = half * (g[j] + g[3 + j] + g[6 + j]);
-    t[6 + j] = half * (g[j] - g[3 + j] + g[6 + j]);
-    t[9 + j] = g[6 + j];
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512* r = t + 3 * i;
-    u[4 * i + 0] = r[0];
-    u[4 * i + 1] = half * (r[0] + r[1] + r[2]);
-    u[4 * i + 2] = half * (r[0] - r[1] + r[2]);
-    u[4 * i + 3] = r[2];
-  }
-}
-
-// dg = G^T du G for 16 kernels at once: the gradient of a 3x3 kernel from that of its 16
-// transformed points.
-RF_AVX512BF16 inline void weight_gradient(__m512 dg[9], const __m512 du[16]) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  __m512 t[12];  // G^T du: 3 x 4
-  for (int j = 0; j < 4; ++j) {
-    t[0 + j] = du[j] + half * (du[4 + j] + du[8 + j]);
-    t[4 + j] = half * (du[4 + j] - du[8 + j]);
-    t[8 + j] = half * (du[4 + j] + du[8 + j]) + du[12 + j];
-  }
-  for (int i = 0; i < 3; ++i) {
-    const __m512* r = t + 4 * i;
-    dg[3 * i + 0] = r[0] + half * (r[1] + r[2]);
-    dg[3 * i + 1] = half * (r[1] - r[2]);
-    dg[3 * i + 2] = half * (r[1] + r[2]) + r[3];
-  }
-}
-
 // u[point][in / 2][out][2] from f32 kernels laid out taps[in][3 * 3][out]; `turn` reads
 // each kernel turned 180 degrees.
 RF_AVX512BF16 void transform_pair(uint16_t* u, const float* taps, int64_t in_channels,
@@ -477,13 +332,11 @@ RF_AVX512BF16 void transform_pair(uint16_t* u, const float* taps, int64_t in_cha
 void transform_weights(uint16_t* u, const View& w, bool backward_data) {
   const int64_t K = w.shape[0], C = w.shape[1];
   const int64_t in_channels = backward_data ? K : C, out_channels = backward_data ? C : K;
-  ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
-  float* taps = static_cast<float*>(taps_buf.data());
-  const Shape strides = backward_data ? Shape{9 * C, 1, 3 * C, C} : Shape{1, 9 * K, 3 * K, K};
-  copy(View{taps, DType::f32, w.shape, strides}, w);
+  const ScratchBuffer taps = weight_taps(w, backward_data);
 #pragma omp parallel for schedule(static)
   for (int64_t pair = 0; pair < in_channels / 2; ++pair)
-    transform_pair(u, taps, in_channels, out_channels, backward_data, pair);
+    transform_pair(u, static_cast<const float*>(taps.data()), in_channels, out_channels,
+                   backward_data, pair);
 }
 
 // taps[c][3 * 3][k] = the weight gradient from du (copies partial sums of [point][C][K]).
@@ -525,24 +378,8 @@ StagedView channels_last(const View& v, bool is_input) {
 const uint16_t* in_data(const StagedView& v) { return v.view().ptr<const uint16_t>(); }
 uint16_t* out_data(const StagedView& v) { return v.view().ptr<uint16_t>(); }
 
-// in (N, reduced, H, W) and out (N, produced, H, W) bf16 activations of a 3x3 stride-1
-// pad-1 convolution with weights w, which this file computes.
 bool applies(const View& in, const View& w, const View& out, const Conv2dParams& p) {
-  if (conv_algorithm() != ConvAlgorithm::automatic || !winograd_runs_here()) return false;
-  if (in.dtype != DType::bf16 || out.dtype != DType::bf16 || w.dtype != DType::bf16) return false;
-  if (in.dim() != 4 || out.dim() != 4 || w.dim() != 4 || w.shape[2] != 3 || w.shape[3] != 3)
-    return false;
-  const bool geometry = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 &&
-                        p.dilation_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
-                        p.pad_left == 1 && p.pad_right == 1;
-  return geometry && in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
-         in.shape[3] == out.shape[3] && in.shape[1] % kLanes == 0 && out.shape[1] % kLanes == 0 &&
-         in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
-}
-
-// A bias or its gradient of K values.
-bool bias_fits(const View* b, int64_t K) {
-  return !b || (b->dim() == 1 && b->shape[0] == K && dnnl_friendly({b}));
+  return winograd_runs_here() && convolution_fits(in, w, out, p, DType::bf16, kLanes);
 }
 
 }  // namespace
@@ -610,7 +447,7 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
   float* taps = static_cast<float*>(taps_buf.data());
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.slots, C, K, c);
-  copy(dw, View{taps, DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
+  store_weight_gradient(dw, taps);
   if (db) conv_bias_grad(*db, in_data(grad), dy.numel() / K, K);
   return true;
 }

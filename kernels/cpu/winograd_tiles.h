@@ -1,0 +1,234 @@
+// What the Winograd F(2x2, 3x3) convolutions share whatever their vector width and dtype
+// (winograd.cpp: bf16 on AVX512-BF16; winograd_f32.cpp: f32 on AVX2): the tiles and their
+// pixels, how chunks of tiles go to the threads, and the transforms' arithmetic, written
+// once over GCC vector types (__m256, __m512) and inlined into each ISA's callers.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ringflow/kernels/cpu/cpu_kernels.h"
+
+#define RF_WINOGRAD_INLINE inline __attribute__((always_inline))
+
+namespace ringflow::cpu::winograd {
+
+constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
+
+// ---------------------------------------------------------------- tiles
+// Output tile t covers output pixels (2*th + i, 2*tw + j), i, j in {0, 1}; its input patch
+// is rows 2*th - 1 .. 2*th + 2 and columns alike (pad 1), zeros outside the image.
+struct Tiles {
+  int64_t N, H, W, TH, TW;
+  Tiles(int64_t n, int64_t h, int64_t w) : N(n), H(h), W(w), TH((h + 1) / 2), TW((w + 1) / 2) {}
+  int64_t count() const { return N * TH * TW; }
+};
+
+// One tile's place: at(dy, dx) is the pixel (2*th + dy, 2*tw + dx) of image n, counted
+// within the image, or -1 outside it; pixel(dy, dx) the same counted over the batch.
+struct Tile {
+  int64_t n, h, w;  // h, w: the output tile's top-left pixel
+  const Tiles* g;
+  Tile(const Tiles& tiles, int64_t t)
+      : n(t / (tiles.TH * tiles.TW)),
+        h(2 * (t % (tiles.TH * tiles.TW) / tiles.TW)),
+        w(2 * (t % tiles.TW)),
+        g(&tiles) {}
+  int64_t at(int64_t dy, int64_t dx) const {
+    const int64_t y = h + dy, x = w + dx;
+    return y < 0 || y >= g->H || x < 0 || x >= g->W ? -1 : y * g->W + x;
+  }
+  int64_t pixel(int64_t dy, int64_t dx) const {
+    const int64_t p = at(dy, dx);
+    return p < 0 ? -1 : n * g->H * g->W + p;
+  }
+};
+
+// [begin, end) of `part` when n items are split into `parts`.
+struct Range {
+  int64_t begin, end;
+  Range(int64_t n, int part, int parts) : begin(n * part / parts), end(n * (part + 1) / parts) {}
+};
+
+// How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
+// `multiple`) whose transformed operands take about `budget` bytes: each thread takes
+// whole chunks with scratch of its own (`own`, and chunks small enough that every thread
+// gets some), or all threads share each chunk (one scratch).
+struct ChunkPlan {
+  bool own;
+  int64_t tiles, rows, chunks;
+  int slots;
+  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple,
+            int64_t budget)
+      : own(own_chunks), tiles(tile_count) {
+    const int threads = omp_get_max_threads();
+    rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
+    if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
+    chunks = (tiles + rows - 1) / rows;
+    slots = own ? threads : 1;
+  }
+  static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+  // body(t0, n, slot, part, parts) for every chunk [t0, t0 + n): with own chunks by one
+  // thread (its scratch slot, part 0 of 1), else by all threads of the team together.
+  template <class Body>
+  void run(const Body& body) const {
+#pragma omp parallel
+    {
+      const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
+        const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
+        if (own) {
+          body(t0, n, tid, 0, 1);
+        } else {
+          body(t0, n, 0, tid, nt);
+        }
+      }
+    }
+  }
+};
+
+// Whether in (N, reduced, H, W) and out (N, produced, H, W) are the activations of a 3x3
+// stride-1 pad-1 convolution with weights w, all of `dtype`, with channel counts a multiple
+// of `lanes`: the layers these kernels compute under --conv-algo auto.
+inline bool convolution_fits(const View& in, const View& w, const View& out,
+                             const Conv2dParams& p, DType dtype, int64_t lanes) {
+  if (conv_algorithm() != ConvAlgorithm::automatic) return false;
+  if (in.dtype != dtype || out.dtype != dtype || w.dtype != dtype) return false;
+  if (in.dim() != 4 || out.dim() != 4 || w.dim() != 4 || w.shape[2] != 3 || w.shape[3] != 3)
+    return false;
+  const bool geometry = p.stride_h == 1 && p.stride_w == 1 && p.dilation_h == 1 &&
+                        p.dilation_w == 1 && p.pad_top == 1 && p.pad_bottom == 1 &&
+                        p.pad_left == 1 && p.pad_right == 1;
+  return geometry && in.shape[0] == out.shape[0] && in.shape[2] == out.shape[2] &&
+         in.shape[3] == out.shape[3] && in.shape[1] % lanes == 0 && out.shape[1] % lanes == 0 &&
+         in.numel() > 0 && out.numel() > 0 && dnnl_friendly({&w});
+}
+
+// A bias or its gradient of K values.
+inline bool bias_fits(const View* b, int64_t K) {
+  return !b || (b->dim() == 1 && b->shape[0] == K && dnnl_friendly({b}));
+}
+
+// dst = src laid out otherwise, for weights and their gradients (counted as weight reorders,
+// not as the activation reorders a copy counts).
+inline void move_weights(const View& dst, const View& src) {
+  reorder(dnnl::memory(md_of(src), dnnl_engine(), src.data),
+          dnnl::memory(md_of(dst), dnnl_engine(), dst.data), "winograd weights", Moved::weights);
+}
+
+// Weights w (K, C, 3, 3) as f32 taps[in][3 * 3][out]: (in, out) = (c, k) for the forward;
+// for backward-data, which convolves dy with w turned 180 degrees and its channels swapped,
+// (in, out) = (k, c), the turn left to the reader.
+inline ScratchBuffer weight_taps(const View& w, bool backward_data) {
+  const int64_t K = w.shape[0], C = w.shape[1];
+  ScratchBuffer taps(size_t(K * C * 9) * sizeof(float));
+  const Shape strides = backward_data ? Shape{9 * C, 1, 3 * C, C} : Shape{1, 9 * K, 3 * K, K};
+  move_weights(View{taps.data(), DType::f32, w.shape, strides}, w);
+  return taps;
+}
+
+// dw (K, C, 3, 3) = taps[c][3 * 3][k] (f32).
+inline void store_weight_gradient(const View& dw, const float* taps) {
+  const int64_t K = dw.shape[0];
+  move_weights(dw, View{const_cast<float*>(taps), DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
+}
+
+// ---------------------------------------------------------------- transforms
+// Each on as many channels at once as V has lanes.
+
+// v = B^T d B, B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]: the 16 points of an input patch.
+template <class V>
+RF_WINOGRAD_INLINE void input_transform(V v[16], const V d[16]) {
+  V t[16];
+  for (int j = 0; j < 4; ++j) {
+    t[0 + j] = d[0 + j] - d[8 + j];
+    t[4 + j] = d[4 + j] + d[8 + j];
+    t[8 + j] = d[8 + j] - d[4 + j];
+    t[12 + j] = d[4 + j] - d[12 + j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    const V* r = t + 4 * i;
+    v[4 * i + 0] = r[0] - r[2];
+    v[4 * i + 1] = r[1] + r[2];
+    v[4 * i + 2] = r[2] - r[1];
+    v[4 * i + 3] = r[1] - r[3];
+  }
+}
+
+// z = A dY A^T for a 2x2 output gradient dy (row-major), A = [1 0; 1 1; 1 -1; 0 -1]: the
+// gradient of a tile's 16 products.
+template <class V>
+RF_WINOGRAD_INLINE void grad_transform(V z[16], const V dy[4]) {
+  V r[8];  // A dY: 4 x 2
+  for (int j = 0; j < 2; ++j) {
+    r[0 + j] = dy[j];
+    r[2 + j] = dy[j] + dy[2 + j];
+    r[4 + j] = dy[j] - dy[2 + j];
+    r[6 + j] = -dy[2 + j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    z[4 * i + 0] = r[2 * i];
+    z[4 * i + 1] = r[2 * i] + r[2 * i + 1];
+    z[4 * i + 2] = r[2 * i] - r[2 * i + 1];
+    z[4 * i + 3] = -r[2 * i + 1];
+  }
+}
+
+// y = A^T m A + bias, A^T = [1 1 1 0; 0 1 -1 -1]: a tile's 2x2 outputs (row-major) from its
+// 16 products.
+template <class V>
+RF_WINOGRAD_INLINE void output_transform(V y[4], const V m[16], const V& bias) {
+  V s[8];  // A^T m: 2 x 4
+  for (int j = 0; j < 4; ++j) {
+    s[j] = m[0 + j] + m[4 + j] + m[8 + j];
+    s[4 + j] = m[4 + j] - m[8 + j] - m[12 + j];
+  }
+  for (int i = 0; i < 2; ++i) {
+    const V* r = s + 4 * i;
+    y[2 * i + 0] = r[0] + r[1] + r[2] + bias;
+    y[2 * i + 1] = r[1] - r[2] - r[3] + bias;
+  }
+}
+
+// u = G g G^T for 3x3 kernels g (row-major), G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1].
+template <class V>
+RF_WINOGRAD_INLINE void weight_transform(V u[16], const V g[9]) {
+  const V half = V{} + 0.5f;
+  V t[12];  // G g: 4 x 3
+  for (int j = 0; j < 3; ++j) {
+    t[0 + j] = g[j];
+    t[3 + j] = half * (g[j] + g[3 + j] + g[6 + j]);
+    t[6 + j] = half * (g[j] - g[3 + j] + g[6 + j]);
+    t[9 + j] = g[6 + j];
+  }
+  for (int i = 0; i < 4; ++i) {
+    const V* r = t + 3 * i;
+    u[4 * i + 0] = r[0];
+    u[4 * i + 1] = half * (r[0] + r[1] + r[2]);
+    u[4 * i + 2] = half * (r[0] - r[1] + r[2]);
+    u[4 * i + 3] = r[2];
+  }
+}
+
+// dg = G^T du G: the gradient of 3x3 kernels from that of their 16 transformed points.
+template <class V>
+RF_WINOGRAD_INLINE void weight_gradient(V dg[9], const V du[16]) {
+  const V half = V{} + 0.5f;
+  V t[12];  // G^T du: 3 x 4
+  for (int j = 0; j < 4; ++j) {
+    t[0 + j] = du[j] + half * (du[4 + j] + du[8 + j]);
+    t[4 + j] = half * (du[4 + j] - du[8 + j]);
+    t[8 + j] = half * (du[4 + j] + du[8 + j]) + du[12 + j];
+  }
+  for (int i = 0; i < 3; ++i) {
+    const V* r = t + 4 * i;
+    dg[3 * i + 0] = r[0] + half * (r[1] + r[2]);
+    dg[3 * i + 1] = half * (r[1] - r[2]);
+    dg[3 * i + 2] = half * (r[1] + r[2]) + r[3];
+  }
+}
+
+}  // namespace ringflow::cpu::winograd
