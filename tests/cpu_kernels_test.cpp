@@ -186,6 +186,51 @@ TEST_CASE("f32 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   CHECK_FALSE(cpu::winograd_f32_forward(y.v, x.v, w.v, nullptr, padded));
 }
 
+// Their rounding against the f64 truth, beside oneDNN's direct kernels' on the same ISA:
+// ResNet-18's layers at the model-parity batch (2) and at 64, He-uniform weights.
+TEST_CASE("f32 Winograd rounds no more than the direct convolution") {
+  if (!cpu::winograd_f32_runs_here()) {
+    MESSAGE("not checked: f32 Winograd runs where the CPU has AVX2 and oneDNN no AVX-512");
+    return;
+  }
+  const ConvAlgorithmGuard guard(conv_algorithm());
+  std::mt19937 rng(5);
+  Conv2dParams p;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  const int64_t shapes[][4] = {{2, 64, 32, 32}, {2, 256, 8, 8}, {64, 256, 8, 8}};
+  for (const auto& [N, C, H, W] : shapes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    const double bound = std::sqrt(6.0 / double(C * 9));
+    Buf x = random({N, C, H, W}, DType::f32, Layout::nchw, rng);
+    Buf w = random({C, C, 3, 3}, DType::f32, Layout::nchw, rng, -bound, bound);
+    Buf x64 = make({N, C, H, W}, DType::f64), w64 = make({C, C, 3, 3}, DType::f64);
+    Buf truth = make({N, C, H, W}, DType::f64);
+    ref().copy(x64.v, x.v);
+    ref().copy(w64.v, w.v);
+    ref().conv2d_forward(truth.v, x64.v, w64.v, nullptr, p);
+    // rms(y - truth) / rms(truth) with the algorithm asked for.
+    const auto rms_error = [&](ConvAlgorithm algorithm) {
+      set_conv_algorithm(algorithm);
+      Buf y = make({N, C, H, W}, DType::f32);
+      cpu().conv2d_forward(y.v, x.v, w.v, nullptr, p);
+      double err = 0, norm = 0;
+      for (int64_t i = 0; i < y.v.numel(); ++i) {
+        const double t = truth.v.ptr<double>()[i], d = y.v.ptr<float>()[i] - t;
+        err += d * d;
+        norm += t * t;
+      }
+      return std::sqrt(err / norm);
+    };
+    const double winograd = rms_error(ConvAlgorithm::automatic);
+    const double direct = rms_error(ConvAlgorithm::direct);
+    MESSAGE("N" << N << " C" << C << " " << H << "x" << W << ": rms error / rms, Winograd "
+                << winograd << ", direct " << direct);
+    CHECK(winograd <= 2 * direct);
+    CHECK(winograd < 1e-6);
+  }
+}
+
 // ---------------------------------------------------------------- matmul
 void check_matmul(int64_t B, int64_t M, int64_t K, int64_t N, bool ta, bool tb, bool bcast_a,
                   bool bcast_b, DType dt, std::mt19937& rng, int& failed) {
