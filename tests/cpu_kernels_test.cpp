@@ -4,6 +4,7 @@
 // repeated call, weights reordered again when the version changes). Timing never decides a test.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -188,7 +189,7 @@ TEST_CASE("f32 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
 
 // Their rounding against the f64 truth, beside oneDNN's direct kernels' on the same ISA:
 // ResNet-18's layers at the model-parity batch (2) and at 64, He-uniform weights.
-TEST_CASE("f32 Winograd rounds no more than the direct convolution") {
+TEST_CASE("f32 Winograd rounds about as much as the direct convolution") {
   if (!cpu::winograd_f32_runs_here()) {
     MESSAGE("not checked: f32 Winograd runs where the CPU has AVX2 and oneDNN no AVX-512");
     return;
@@ -197,6 +198,16 @@ TEST_CASE("f32 Winograd rounds no more than the direct convolution") {
   std::mt19937 rng(5);
   Conv2dParams p;
   p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  // rms(got - truth) / rms(truth).
+  const auto rms_error = [](const Buf& got, const Buf& truth) {
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < got.v.numel(); ++i) {
+      const double t = truth.v.ptr<double>()[i], d = got.v.ptr<float>()[i] - t;
+      err += d * d;
+      norm += t * t;
+    }
+    return std::sqrt(err / norm);
+  };
   const int64_t shapes[][4] = {{2, 64, 32, 32}, {2, 256, 8, 8}, {64, 256, 8, 8}};
   for (const auto& [N, C, H, W] : shapes) {
     CAPTURE(N);
@@ -204,30 +215,35 @@ TEST_CASE("f32 Winograd rounds no more than the direct convolution") {
     const double bound = std::sqrt(6.0 / double(C * 9));
     Buf x = random({N, C, H, W}, DType::f32, Layout::nchw, rng);
     Buf w = random({C, C, 3, 3}, DType::f32, Layout::nchw, rng, -bound, bound);
+    Buf dy = random({N, C, H, W}, DType::f32, Layout::nchw, rng);
     Buf x64 = make({N, C, H, W}, DType::f64), w64 = make({C, C, 3, 3}, DType::f64);
-    Buf truth = make({N, C, H, W}, DType::f64);
+    Buf dy64 = like(x64), y_true = like(x64), dx_true = like(x64), dw_true = like(w64);
     ref().copy(x64.v, x.v);
     ref().copy(w64.v, w.v);
-    ref().conv2d_forward(truth.v, x64.v, w64.v, nullptr, p);
-    // rms(y - truth) / rms(truth) with the algorithm asked for.
-    const auto rms_error = [&](ConvAlgorithm algorithm) {
+    ref().copy(dy64.v, dy.v);
+    ref().conv2d_forward(y_true.v, x64.v, w64.v, nullptr, p);
+    ref().conv2d_backward_data(dx_true.v, dy64.v, w64.v, p);
+    ref().conv2d_backward_weights(dw_true.v, nullptr, dy64.v, x64.v, p);
+    // Forward, backward-data and backward-weights with the algorithm asked for.
+    const auto errors = [&](ConvAlgorithm algorithm) {
       set_conv_algorithm(algorithm);
-      Buf y = make({N, C, H, W}, DType::f32);
+      Buf y = like(x), dx = like(x), dw = like(w);
       cpu().conv2d_forward(y.v, x.v, w.v, nullptr, p);
-      double err = 0, norm = 0;
-      for (int64_t i = 0; i < y.v.numel(); ++i) {
-        const double t = truth.v.ptr<double>()[i], d = y.v.ptr<float>()[i] - t;
-        err += d * d;
-        norm += t * t;
-      }
-      return std::sqrt(err / norm);
+      cpu().conv2d_backward_data(dx.v, dy.v, w.v, p);
+      cpu().conv2d_backward_weights(dw.v, nullptr, dy.v, x.v, p);
+      return std::array<double, 3>{rms_error(y, y_true), rms_error(dx, dx_true), rms_error(dw, dw_true)};
     };
-    const double winograd = rms_error(ConvAlgorithm::automatic);
-    const double direct = rms_error(ConvAlgorithm::direct);
-    MESSAGE("N" << N << " C" << C << " " << H << "x" << W << ": rms error / rms, Winograd "
-                << winograd << ", direct " << direct);
-    CHECK(winograd <= 2 * direct);
-    CHECK(winograd < 1e-6);
+    const std::array<double, 3> winograd = errors(ConvAlgorithm::automatic);
+    const std::array<double, 3> direct = errors(ConvAlgorithm::direct);
+    const std::string names[] = {"forward", "backward-data", "backward-weights"};
+    for (int i = 0; i < 3; ++i) {
+      CAPTURE(names[i]);
+      MESSAGE("N" << N << " C" << C << " " << H << "x" << W << " " << names[i]
+                  << ": rms error / rms, Winograd " << winograd[i] << ", direct " << direct[i]);
+      // Measured: 0.6-1.7x direct's on these shapes, oneDNN 2.6 held to AVX2.
+      CHECK(winograd[i] <= 2.5 * direct[i]);
+      CHECK(winograd[i] < 2e-6);
+    }
   }
 }
 
