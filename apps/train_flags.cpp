@@ -123,8 +123,8 @@ void add_execution_flags(CLI::App& app, Flags& f) {
                  "between its ranks)")->capture_default_str()->check(at_least0)
       ->check(at_most_threads("threads"));
   add_choice(app, "--conv-algo", f.conv_algo, conv_algorithm_choices(), "CPU convolutions: auto "
-             "(Winograd where faster: oneDNN's in f32, ours in bf16 without AMX) or direct (the "
-             "plain sum, as PyTorch's)");
+             "(Winograd where faster: oneDNN's in f32 with AVX-512, ours in f32 with AVX2 only and in "
+             "bf16 without AMX) or direct (the plain sum, as PyTorch's)");
   add_choice(app, "--memory-format", f.memory_format, memory_format_choices(), "layout of the "
              "activations between layers: nchw, nhwc (channels-last), or auto (f32 on the CPU: oneDNN's "
              "blocked layout between oneDNN ops; channels-last elsewhere where the convolutions run "

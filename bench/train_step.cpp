@@ -455,7 +455,8 @@ int main(int argc, char** argv) {
   ringflow::apps::add_choice(app, "--conv-algo", f.conv_algo,
                              ringflow::apps::choices_from(algorithms, conv_algorithm_name),
                              "ringflow's CPU convolutions: auto (Winograd where faster: oneDNN's "
-                             "in f32, ours in bf16 without AMX) or direct");
+                             "in f32 with AVX-512, ours in f32 with AVX2 only and in bf16 "
+                             "without AMX) or direct");
   app.add_option_function<std::string>(
          "--device",
          [&f](const std::string& v) {
