@@ -195,25 +195,16 @@ struct Forward {
   const float* bias;
 
   // Tiles [t0, t0 + n) through v and m (rows each), by `parts` threads of which the caller
-  // is `part`; they all call it. The next chunk's transforms may overlap this one's output
-  // transform: they write v, which this chunk no longer reads.
+  // is `part` (chunk_phases).
   void chunk(int64_t t0, int64_t n, int64_t rows, float* v, float* m, int part, int parts) const {
-    for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
-      input_tile(v + r.begin * Cin, rows * Cin, x, Cin, g, t0 + r.begin);
-    if (parts > 1) {
-#pragma omp barrier
-    }
-    const int64_t blocks = column_blocks(Cout);
-    for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
-      const int64_t e = r.begin / blocks, kb = r.begin % blocks;
-      gemm_block(n, Cout, kb, {v + e * rows * Cin, Cin, 1, u + e * Cin * Cout, Cout, Cin,
-                               m + e * rows * Cout, Cout, false});
-    }
-    if (parts > 1) {
-#pragma omp barrier
-    }
-    for (Range r(n, part, parts); r.begin < r.end; ++r.begin)
-      output_tile(y, Cout, g, t0 + r.begin, m + r.begin * Cout, rows * Cout, bias);
+    chunk_phases(
+        n, column_blocks(Cout), part, parts,
+        [&](int64_t i) { input_tile(v + i * Cin, rows * Cin, x, Cin, g, t0 + i); },
+        [&](int64_t e, int64_t kb) {
+          gemm_block(n, Cout, kb, {v + e * rows * Cin, Cin, 1, u + e * Cin * Cout, Cout, Cin,
+                                   m + e * rows * Cout, Cout, false});
+        },
+        [&](int64_t i) { output_tile(y, Cout, g, t0 + i, m + i * Cout, rows * Cout, bias); });
   }
 
   void run() const {
@@ -246,21 +237,16 @@ struct BackwardWeights {
   // floats, the calling thread's); by `parts` threads of which the caller is `part`.
   void chunk(int64_t t0, int64_t n, int64_t rows, float* v, float* z, float* du, float* db,
              int part, int parts) const {
-    for (Range r(n, part, parts); r.begin < r.end; ++r.begin) {
-      input_tile(v + r.begin * C, rows * C, x, C, g, t0 + r.begin);
-      grad_tile(z + r.begin * K, rows * K, dy, K, g, t0 + r.begin, with_bias ? db : nullptr);
-    }
-    if (parts > 1) {
-#pragma omp barrier
-    }
-    const int64_t blocks = column_blocks(K);
-    for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin) {
-      const int64_t e = r.begin / blocks, kb = r.begin % blocks;
-      gemm_block(C, K, kb, {v + e * rows * C, 1, C, z + e * rows * K, K, n, du + e * C * K, K, true});
-    }
-    if (parts > 1) {
-#pragma omp barrier
-    }
+    chunk_phases(
+        n, column_blocks(K), part, parts,
+        [&](int64_t i) {
+          input_tile(v + i * C, rows * C, x, C, g, t0 + i);
+          grad_tile(z + i * K, rows * K, dy, K, g, t0 + i, with_bias ? db : nullptr);
+        },
+        [&](int64_t e, int64_t kb) {
+          gemm_block(C, K, kb, {v + e * rows * C, 1, C, z + e * rows * K, K, n, du + e * C * K, K, true});
+        },
+        [](int64_t) {});
   }
 
   // Threads take whole chunks where a partial weight gradient of their own stays in a
@@ -354,12 +340,7 @@ bool winograd_f32_forward(const View& y, const View& x, const View& w, const Vie
   if (!applies(x, w, y, p) || w.shape[0] != K || w.shape[1] != x.shape[1] || !bias_fits(bias, K))
     return false;
   ScratchBuffer bias_buf;
-  const float* b = nullptr;
-  if (bias) {
-    bias_buf = ScratchBuffer(size_t(K) * sizeof(float));
-    copy(View{bias_buf.data(), DType::f32, {K}, {1}}, *bias);
-    b = static_cast<const float*>(bias_buf.data());
-  }
+  const float* b = f32_bias(bias, K, bias_buf);
   const DerivedBuffer u = transformed_weights(w, /*backward_data=*/false);
   const StagedView in = staged(x, true), out = staged(y, false);
   Forward{act_of(out.view()), K, act_of(in.view()), x.shape[1],

@@ -136,6 +136,34 @@ inline void store_weight_gradient(const View& dw, const float* taps) {
   move_weights(dw, View{const_cast<float*>(taps), DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
 }
 
+// One chunk's work, by `parts` threads of which the caller is `part` (they all call it):
+// transform(i) for i < items, then gemm(e, kb) for each point e and column block kb < blocks,
+// then finish(i) for i < items, each thread its share, with a barrier between the phases
+// where threads share the chunk. The next chunk's transforms may overlap this one's finish:
+// they write the transformed operands, which finish no longer reads.
+template <class Transform, class Gemm, class Finish>
+void chunk_phases(int64_t items, int64_t blocks, int part, int parts, const Transform& transform,
+                  const Gemm& gemm, const Finish& finish) {
+  for (Range r(items, part, parts); r.begin < r.end; ++r.begin) transform(r.begin);
+  if (parts > 1) {
+#pragma omp barrier
+  }
+  for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin)
+    gemm(r.begin / blocks, r.begin % blocks);
+  if (parts > 1) {
+#pragma omp barrier
+  }
+  for (Range r(items, part, parts); r.begin < r.end; ++r.begin) finish(r.begin);
+}
+
+// A bias of K values (any dtype, any stride) as f32, copied into `buffer`; null without one.
+inline const float* f32_bias(const View* bias, int64_t K, ScratchBuffer& buffer) {
+  if (!bias) return nullptr;
+  buffer = ScratchBuffer(size_t(K) * sizeof(float));
+  copy(View{buffer.data(), DType::f32, {K}, {1}}, *bias);
+  return static_cast<const float*>(buffer.data());
+}
+
 // ---------------------------------------------------------------- transforms
 // Each on as many channels at once as V has lanes.
 
