@@ -30,14 +30,6 @@ using namespace winograd;
 constexpr int kRows = 12;    // forward chunks hold a multiple of this many tiles (rows_for)
 constexpr int kCols = 64;    // micro-kernel columns: four zmm of f32 (fewer in a last block)
 constexpr int kLanes = 16;   // f32 lanes of a zmm: the channels a transform handles at once
-// Tiles per chunk: their transformed operands take about this many bytes (tuned on Zen 5:
-// 1 MB of L2 per core, 32 MB of L3). A thread takes whole chunks of its own where the
-// transformed weights (forward) or its partial weight gradient (backward) are small enough
-// to stay in its cache next to them; otherwise all threads share each chunk.
-constexpr int64_t kChunkBytes = 4 << 20;
-constexpr int64_t kOwnChunkBytes = 512 << 10;
-constexpr int64_t kOwnWeightBytes = 4 << 20;
-constexpr int64_t kOwnPartialBytes = 512 << 10;
 
 // ---------------------------------------------------------------- GEMM
 // c[R x 16Z] (+)= sum over pairs p of a(row, p) . b(p, col): a(row, p) is the bf16 pair at
@@ -76,27 +68,18 @@ RF_AVX512BF16 void micro_kernel(const GemmArgs& g) {
     for (int z = 0; z < Z; ++z) _mm512_storeu_ps(g.c + r * g.ldc + z * kLanes, acc[r][z]);
 }
 
-template <int R, int Z>
-void micro_kernel_tail(int rows, const GemmArgs& g) {
-  if constexpr (R > 0) {
-    if (rows == R) return micro_kernel<R, Z>(g);
-    micro_kernel_tail<R - 1, Z>(rows, g);
-  }
-}
-
 // Rows of the micro-kernel with Z zmm of columns: 24 accumulators.
 template <int Z>
 constexpr int rows_for() { return Z == 1 ? 12 : 24 / Z; }
 
 template <int Z>
 void gemm_rows(int64_t rows, GemmArgs g) {
-  constexpr int R = rows_for<Z>();
-  for (; rows >= R; rows -= R) {
-    micro_kernel<R, Z>(g);
-    g.a += R * g.a_row;
-    g.c += R * g.ldc;
-  }
-  micro_kernel_tail<R - 1, Z>(int(rows), g);
+  row_blocks<rows_for<Z>()>(
+      rows, [&](auto r) { micro_kernel<decltype(r)::value, Z>(g); },
+      [&](int r) {
+        g.a += r * g.a_row;
+        g.c += r * g.ldc;
+      });
 }
 
 // The same for `rows` rows (a and c advance by a_row and ldc per row) and column block kb
@@ -203,8 +186,7 @@ struct Forward {
   // one; otherwise they share each chunk, each with its part of the weights.
   void run() const {
     const bool own = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
-    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows,
-                         own ? kOwnChunkBytes : kChunkBytes);
+    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows);
     const int64_t v_slot = kPoints * plan.rows * Cin, m_slot = kPoints * plan.rows * Cout;
     ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
     ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
@@ -278,7 +260,7 @@ struct BackwardWeights {
   // core's cache; run() leaves plan.slots partial sums in du, to be added.
   ChunkPlan plan() const {
     const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;
-    return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2, own ? kOwnChunkBytes : kChunkBytes);
+    return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2);
   }
   void run(const ChunkPlan& plan, float* du) const {
     const int64_t v_slot = kPoints * plan.rows * C, z_slot = kPoints * plan.rows * K;
@@ -339,15 +321,10 @@ RF_AVX512BF16 void weight_gradient_row(float* taps, const float* du, int copies,
   }
 }
 
-// The transformed weights of w, kept in w's storage while its version holds.
+// The transformed weights of w, kept in its storage (cached_weights).
 DerivedBuffer transformed_weights(const View& w, bool backward_data) {
-  const std::string key = KeyBuilder("winograd_weights")
-                              .add(reinterpret_cast<int64_t>(w.data))
-                              .add(w)
-                              .add(int64_t(backward_data))
-                              .str();
   const size_t bytes = size_t(kPoints * w.shape[0] * w.shape[1]) * sizeof(uint16_t);
-  return DerivedBuffer(w, key, bytes, [&](void* u) {
+  return cached_weights(w, "winograd_weights", backward_data, bytes, [&](void* u) {
     transform_weights(static_cast<uint16_t*>(u), w, backward_data);
   });
 }

@@ -28,14 +28,6 @@ using namespace winograd;
 constexpr int kLanes = 8;   // f32 lanes of a ymm: the channels a transform handles at once
 constexpr int kCols = 16;   // micro-kernel columns: two ymm (one in a last, narrower block)
 constexpr int kRows = 6;    // forward chunks hold a multiple of this many tiles (rows_for)
-// Tiles per chunk: their transformed operands take about this many bytes. A thread takes
-// whole chunks of its own where the transformed weights (forward) or its partial weight
-// gradient (backward) are small enough to stay in its cache next to them; otherwise all
-// threads share each chunk.
-constexpr int64_t kChunkBytes = 4 << 20;
-constexpr int64_t kOwnChunkBytes = 512 << 10;
-constexpr int64_t kOwnWeightBytes = 4 << 20;
-constexpr int64_t kOwnPartialBytes = 512 << 10;
 
 // ---------------------------------------------------------------- GEMM
 // c[R x 8Z] (+)= sum over k < depth of a(row, k) * b(k, col): a(row, k) at a + row * a_row +
@@ -74,27 +66,18 @@ RF_AVX2 void micro_kernel(const GemmArgs& g) {
   for (int i = 0; i < R * Z; ++i) _mm256_storeu_ps(g.c + i / Z * g.ldc + i % Z * kLanes, acc[i]);
 }
 
-template <int R, int Z>
-void micro_kernel_tail(int rows, const GemmArgs& g) {
-  if constexpr (R > 0) {
-    if (rows == R) return micro_kernel<R, Z>(g);
-    micro_kernel_tail<R - 1, Z>(rows, g);
-  }
-}
-
 // Rows of the micro-kernel with Z ymm of columns: 12 accumulators of the 16 registers.
 template <int Z>
 constexpr int rows_for() { return 12 / Z; }
 
 template <int Z>
 void gemm_rows(int64_t rows, GemmArgs g) {
-  constexpr int R = rows_for<Z>();
-  for (; rows >= R; rows -= R) {
-    micro_kernel<R, Z>(g);
-    g.a += R * g.a_row;
-    g.c += R * g.ldc;
-  }
-  micro_kernel_tail<R - 1, Z>(int(rows), g);
+  row_blocks<rows_for<Z>()>(
+      rows, [&](auto r) { micro_kernel<decltype(r)::value, Z>(g); },
+      [&](int r) {
+        g.a += r * g.a_row;
+        g.c += r * g.ldc;
+      });
 }
 
 // The same for `rows` rows (a and c advance by a_row and ldc per row) and column block kb
@@ -209,8 +192,7 @@ struct Forward {
 
   void run() const {
     const bool own = kPoints * Cin * Cout * 4 <= kOwnWeightBytes;
-    const ChunkPlan plan(g.count(), kPoints * 4 * (Cin + Cout), own, kRows,
-                         own ? kOwnChunkBytes : kChunkBytes);
+    const ChunkPlan plan(g.count(), kPoints * 4 * (Cin + Cout), own, kRows);
     const int64_t v_slot = kPoints * plan.rows * Cin, m_slot = kPoints * plan.rows * Cout;
     ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(float));
     ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
@@ -254,7 +236,7 @@ struct BackwardWeights {
   // each), to be added.
   ChunkPlan plan() const {
     const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;
-    return ChunkPlan(g.count(), kPoints * 4 * (C + K), own, 1, own ? kOwnChunkBytes : kChunkBytes);
+    return ChunkPlan(g.count(), kPoints * 4 * (C + K), own, 1);
   }
   void run(const ChunkPlan& plan, float* du, float* db) const {
     const int64_t v_slot = kPoints * plan.rows * C, z_slot = kPoints * plan.rows * K;
@@ -285,15 +267,11 @@ RF_AVX2 void transform_row(float* u, const float* taps, int64_t in_channels, int
   }
 }
 
-// The transformed weights of w, kept in w's storage while its version holds.
+// The transformed weights of w, kept in its storage (cached_weights).
 DerivedBuffer transformed_weights(const View& w, bool backward_data) {
-  const std::string key = KeyBuilder("winograd_f32_weights")
-                              .add(reinterpret_cast<int64_t>(w.data))
-                              .add(w)
-                              .add(int64_t(backward_data))
-                              .str();
   const int64_t K = w.shape[0], C = w.shape[1];
-  return DerivedBuffer(w, key, size_t(kPoints * K * C) * sizeof(float), [&](void* u) {
+  const size_t bytes = size_t(kPoints * K * C) * sizeof(float);
+  return cached_weights(w, "winograd_f32_weights", backward_data, bytes, [&](void* u) {
     const ScratchBuffer taps = weight_taps(w, backward_data);
     const int64_t in_channels = backward_data ? K : C, out_channels = backward_data ? C : K;
 #pragma omp parallel for schedule(static)

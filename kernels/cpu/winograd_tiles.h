@@ -8,14 +8,25 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
+#include "ringflow/kernels/cpu/derived_buffer.h"
 
 #define RF_WINOGRAD_INLINE inline __attribute__((always_inline))
 
 namespace ringflow::cpu::winograd {
 
 constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
+// Tiles per chunk: their transformed operands take about this many bytes (tuned on Zen 5
+// for bf16: 1 MB of L2 per core, 32 MB of L3). A thread takes whole chunks of its own where
+// the transformed weights (forward) or its partial weight gradient (backward) are small
+// enough to stay in its cache next to them; otherwise all threads share each chunk.
+constexpr int64_t kChunkBytes = 4 << 20;
+constexpr int64_t kOwnChunkBytes = 512 << 10;
+constexpr int64_t kOwnWeightBytes = 4 << 20;
+constexpr int64_t kOwnPartialBytes = 512 << 10;
 
 // ---------------------------------------------------------------- tiles
 // Output tile t covers output pixels (2*th + i, 2*tw + j), i, j in {0, 1}; its input patch
@@ -53,17 +64,17 @@ struct Range {
 };
 
 // How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
-// `multiple`) whose transformed operands take about `budget` bytes: each thread takes
-// whole chunks with scratch of its own (`own`, and chunks small enough that every thread
-// gets some), or all threads share each chunk (one scratch).
+// `multiple`) whose transformed operands take about kOwnChunkBytes or kChunkBytes: each
+// thread takes whole chunks with scratch of its own (`own`, and chunks small enough that
+// every thread gets some), or all threads share each chunk (one scratch).
 struct ChunkPlan {
   bool own;
   int64_t tiles, rows, chunks;
   int slots;
-  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple,
-            int64_t budget)
+  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple)
       : own(own_chunks), tiles(tile_count) {
     const int threads = omp_get_max_threads();
+    const int64_t budget = own ? kOwnChunkBytes : kChunkBytes;
     rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
     if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
     chunks = (tiles + rows - 1) / rows;
@@ -134,6 +145,38 @@ inline ScratchBuffer weight_taps(const View& w, bool backward_data) {
 inline void store_weight_gradient(const View& dw, const float* taps) {
   const int64_t K = dw.shape[0];
   move_weights(dw, View{const_cast<float*>(taps), DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
+}
+
+// Runs `rows` rows of a micro-kernel R rows at a time, then the rest at once:
+// kernel(std::integral_constant<int, r>()) for each block of r rows, advance(r) after each
+// but the last.
+template <int R, class Kernel>
+void row_tail(int rows, const Kernel& kernel) {
+  if constexpr (R > 0) {
+    if (rows == R) return kernel(std::integral_constant<int, R>());
+    row_tail<R - 1>(rows, kernel);
+  }
+}
+template <int R, class Kernel, class Advance>
+void row_blocks(int64_t rows, const Kernel& kernel, const Advance& advance) {
+  for (; rows >= R; rows -= R) {
+    kernel(std::integral_constant<int, R>());
+    advance(R);
+  }
+  row_tail<R - 1>(int(rows), kernel);
+}
+
+// The transformed weights of w (`bytes` of them, made by derive(data)), kept in w's storage
+// under `name` while its version holds; forward and backward-data (w turned) apart.
+template <class Derive>
+DerivedBuffer cached_weights(const View& w, const char* name, bool backward_data, size_t bytes,
+                             const Derive& derive) {
+  const std::string key = KeyBuilder(name)
+                              .add(reinterpret_cast<int64_t>(w.data))
+                              .add(w)
+                              .add(int64_t(backward_data))
+                              .str();
+  return DerivedBuffer(w, key, bytes, derive);
 }
 
 // One chunk's work, by `parts` threads of which the caller is `part` (they all call it):
