@@ -16,8 +16,11 @@ namespace ringflow::apps {
 namespace {
 
 // The bytes that one forward and backward of `model` on `batch` random images allocates at
-// its peak, on top of what was allocated before.
-double step_peak(nn::Module& model, const std::string& name, int64_t batch, DType precision) {
+// its peak, and holds when forward has ended, on top of what was allocated before.
+struct StepBytes {
+  double peak = 0, after_forward = 0;
+};
+StepBytes step_bytes(nn::Module& model, const std::string& name, int64_t batch, DType precision) {
   Generator gen(1);
   Shape shape{batch};
   for (int64_t d : models::model_input_shape(name)) shape.push_back(d);
@@ -28,6 +31,7 @@ double step_peak(nn::Module& model, const std::string& name, int64_t batch, DTyp
   // What is allocated already (the probe's weights and input, the run's data and model,
   // which MemAvailable has already taken away) is not the step's.
   const double before = static_cast<double>(cpu_allocator_stats().allocated);
+  StepBytes bytes;
   {
     Tensor loss;
     {
@@ -35,9 +39,11 @@ double step_peak(nn::Module& model, const std::string& name, int64_t batch, DTyp
       if (precision != DType::f32) amp.emplace(precision);
       loss = cross_entropy(model(x), y);
     }
+    bytes.after_forward = static_cast<double>(cpu_allocator_stats().allocated) - before;
     loss.backward();
   }
-  return static_cast<double>(cpu_allocator_stats().peak_allocated) - before;
+  bytes.peak = static_cast<double>(cpu_allocator_stats().peak_allocated) - before;
+  return bytes;
 }
 
 std::optional<double> read_number(const std::string& path) {
@@ -60,12 +66,16 @@ StepMemory measure_step_memory(const std::string& name, DType precision) {
   nn::ModulePtr model = models::make_model(name, 0, {.gen = &gen});
   model->train();
   // Each batch after a warm-up step, so that one-off workspaces count in both.
-  (void)step_peak(*model, name, 2, precision);
-  const double two = step_peak(*model, name, 2, precision);
-  const double four = step_peak(*model, name, 4, precision);
+  (void)step_bytes(*model, name, 2, precision);
+  const StepBytes two = step_bytes(*model, name, 2, precision);
+  const StepBytes four = step_bytes(*model, name, 4, precision);
+  // At small batches the peak may fall where a kernel's workspace of fixed size (the
+  // Winograd convolutions' chunks) outweighs the activations, and then grows by fewer bytes
+  // per image than at the activations' own peak: what forward keeps for backward grows by
+  // at least that many.
   StepMemory m;
-  m.per_image_bytes = std::max(0.0, (four - two) / 2);
-  m.fixed_bytes = std::max(0.0, two - 2 * m.per_image_bytes);
+  m.per_image_bytes = std::max({0.0, (four.peak - two.peak) / 2, (four.after_forward - two.after_forward) / 2});
+  m.fixed_bytes = std::max(0.0, two.peak - 2 * m.per_image_bytes);
   m.parameter_bytes = static_cast<double>(model->num_parameters()) * 4;
   return m;
 }

@@ -187,7 +187,7 @@ struct Forward {
   void run() const {
     const bool own = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
     const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows);
-    const int64_t v_slot = kPoints * plan.rows * Cin, m_slot = kPoints * plan.rows * Cout;
+    const int64_t v_slot = kPoints * plan.capacity * Cin, m_slot = kPoints * plan.capacity * Cout;
     ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
     ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
@@ -263,7 +263,7 @@ struct BackwardWeights {
     return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2);
   }
   void run(const ChunkPlan& plan, float* du) const {
-    const int64_t v_slot = kPoints * plan.rows * C, z_slot = kPoints * plan.rows * K;
+    const int64_t v_slot = kPoints * plan.capacity * C, z_slot = kPoints * plan.capacity * K;
     ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
     ScratchBuffer z_buf(size_t(plan.slots * z_slot) * sizeof(uint16_t));
     fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
