@@ -15,7 +15,7 @@ struct CpuIsa {
   std::string model;        // /proc/cpuinfo's "model name" ("" where there is none)
   bool avx2 = false;        // AVX2 and FMA
   bool avx512 = false;      // AVX-512 F, BW, DQ, VL (oneDNN's avx512_core)
-  bool avx512_bf16 = false; // bf16 arithmetic: without it bf16 operands widen to f32 (backend.h)
+  bool avx512_bf16 = false; // bf16 arithmetic, the CPU's and oneDNN's: without it bf16 widens to f32 (backend.h)
   bool amx = false;         // oneDNN runs bf16 convolutions and matmuls on AMX tiles
   std::string onednn_isa;   // oneDNN's effective ISA, e.g. "avx512_core_bf16"
   bool bf16_winograd = false;  // ringflow's bf16 Winograd runs here (kernels/cpu/winograd.cpp)

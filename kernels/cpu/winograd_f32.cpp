@@ -42,7 +42,8 @@ struct GemmArgs {
   bool accumulate;
 };
 
-// Unrolled by hand where GCC kept the accumulators of a loop over rows on the stack.
+// The loops over rows unrolled by pragma: left as loops, GCC kept the 12 accumulators on
+// the stack (the kernels ran at ~37% of the sgemm ceiling).
 template <int R, int Z>
 RF_AVX2 void micro_kernel(const GemmArgs& g) {
   const float* a = g.a;
