@@ -73,10 +73,8 @@ CpuIsa cpu_isa() {
     c.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     c.avx512_bf16 = cpu_native_bf16();
-    const dnnl::cpu_isa effective = dnnl::get_effective_cpu_isa();
-    const int amx = static_cast<int>(dnnl::cpu_isa::avx512_core_amx);
-    c.amx = (static_cast<int>(effective) & amx) == amx;
-    c.onednn_isa = onednn_isa_name(effective);
+    c.amx = cpu::onednn_isa_has(dnnl::cpu_isa::avx512_core_amx);
+    c.onednn_isa = onednn_isa_name(dnnl::get_effective_cpu_isa());
     c.bf16_winograd = cpu::winograd_runs_here();
     c.f32_winograd = cpu::winograd_f32_runs_here();
     return c;

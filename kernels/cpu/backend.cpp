@@ -16,11 +16,8 @@ namespace ringflow {
 
 // oneDNN held below its bf16 ISA (ONEDNN_MAX_CPU_ISA) has no bf16 kernels either.
 bool cpu_native_bf16() {
-  static const bool native = [] {
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return __builtin_cpu_supports("avx512bf16") &&
-           (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bf16) == bf16;
-  }();
+  static const bool native =
+      __builtin_cpu_supports("avx512bf16") && cpu::onednn_isa_has(dnnl::cpu_isa::avx512_core_bf16);
   return native;
 }
 

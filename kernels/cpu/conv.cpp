@@ -128,12 +128,9 @@ bool conv_ok(const View& a, const View& b, const View& c) {
 // norm and pooling fell to their reference kernels.
 MemoryLayout conv_blocked_layout(DType dtype, int64_t channels) {
   if (dtype != DType::f32) return MemoryLayout::strided;
-  const auto has = [isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa())](dnnl::cpu_isa want) {
-    return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
-  };
-  const MemoryLayout l = has(dnnl::cpu_isa::avx512_core) ? MemoryLayout::nChw16c
-                         : has(dnnl::cpu_isa::avx2)      ? MemoryLayout::nChw8c
-                                                         : MemoryLayout::strided;
+  const MemoryLayout l = onednn_isa_has(dnnl::cpu_isa::avx512_core) ? MemoryLayout::nChw16c
+                         : onednn_isa_has(dnnl::cpu_isa::avx2)        ? MemoryLayout::nChw8c
+                                                                      : MemoryLayout::strided;
   return l != MemoryLayout::strided && channels % channel_block(l) == 0 ? l : MemoryLayout::strided;
 }
 

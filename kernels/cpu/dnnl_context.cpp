@@ -121,6 +121,11 @@ dnnl::memory::desc md_of(const View& v) {
                             dnnl::memory::dims(v.strides.begin(), v.strides.end()));
 }
 
+bool onednn_isa_has(dnnl::cpu_isa want) {
+  const auto bits = static_cast<unsigned>(want);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & bits) == bits;
+}
+
 ScratchBuffer::ScratchBuffer(size_t nbytes) : ptr_(cpu_allocate(nbytes)), nbytes_(nbytes) {}
 ScratchBuffer::~ScratchBuffer() {
   if (ptr_) cpu_deallocate(ptr_, nbytes_);

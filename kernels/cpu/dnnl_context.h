@@ -37,6 +37,10 @@
 namespace ringflow::cpu {
 
 dnnl::engine& dnnl_engine();
+// Whether the ISA oneDNN runs (the CPU's, or below where ONEDNN_MAX_CPU_ISA holds it) includes
+// `want`. The ISA values are bit sets (AVX2_VNNI's is larger than AMX's), so this tests bits,
+// not order.
+bool onednn_isa_has(dnnl::cpu_isa want);
 dnnl::stream& dnnl_stream();
 
 // Throws std::runtime_error("file:line: CALL failed in OP: oneDNN message (status)").

@@ -330,13 +330,6 @@ DerivedBuffer transformed_weights(const View& w, bool backward_data) {
 }
 
 // ---------------------------------------------------------------- when
-// An activation as this file reads and writes it, channels-last and dense (a copy where
-// the caller's is laid out otherwise).
-StagedView channels_last(const View& v, bool is_input) {
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-  return StagedView(v, !v.is_channels_last(), v.dtype, {H * W * C, 1, W * C, C}, is_input);
-}
-
 const uint16_t* in_data(const StagedView& v) { return v.view().ptr<const uint16_t>(); }
 uint16_t* out_data(const StagedView& v) { return v.view().ptr<uint16_t>(); }
 
@@ -346,15 +339,11 @@ bool applies(const View& in, const View& w, const View& out, const Conv2dParams&
 
 }  // namespace
 
-// Where oneDNN runs bf16 on AMX its kernels beat this file's. (The ISA values are bit sets:
-// AVX2_VNNI's is larger than AMX's, so the test is for AMX's bits.)
+// Where oneDNN runs bf16 on AMX its kernels beat this file's.
 bool winograd_runs_here() {
-  static const bool runs = [] {
-    const int amx = static_cast<int>(dnnl::cpu_isa::avx512_core_amx);
-    const bool onednn_amx = (static_cast<int>(dnnl::get_effective_cpu_isa()) & amx) == amx;
-    return cpu_native_bf16() && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && !onednn_amx;
-  }();
+  static const bool runs = cpu_native_bf16() && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                           !onednn_isa_has(dnnl::cpu_isa::avx512_core_amx);
   return runs;
 }
 
@@ -366,7 +355,7 @@ bool winograd_forward(const View& y, const View& x, const View& w, const View* b
   ScratchBuffer bias_buf;
   const float* b = f32_bias(bias, K, bias_buf);
   const DerivedBuffer u = transformed_weights(w, /*backward_data=*/false);
-  const StagedView in = channels_last(x, true), out = channels_last(y, false);
+  const StagedView in = channels_last(x, true, DType::bf16), out = channels_last(y, false, DType::bf16);
   Forward{out_data(out), K, in_data(in), x.shape[1], Tiles(x.shape[0], x.shape[2], x.shape[3]),
           static_cast<const uint16_t*>(u.data()), b}.run();
   out.finish();
@@ -378,7 +367,7 @@ bool winograd_backward_data(const View& dx, const View& dy, const View& w,
   if (!applies(dy, w, dx, p) || w.shape[0] != dy.shape[1] || w.shape[1] != dx.shape[1])
     return false;
   const DerivedBuffer u = transformed_weights(w, /*backward_data=*/true);
-  const StagedView in = channels_last(dy, true), out = channels_last(dx, false);
+  const StagedView in = channels_last(dy, true, DType::bf16), out = channels_last(dx, false, DType::bf16);
   Forward{out_data(out), dx.shape[1], in_data(in), dy.shape[1],
           Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), static_cast<const uint16_t*>(u.data()),
           nullptr}.run();
@@ -393,7 +382,7 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
       x.shape[2] * x.shape[3] <= 4 || !bias_fits(db, dy.shape[1]))
     return false;
   const int64_t K = dy.shape[1], C = x.shape[1];
-  const StagedView grad = channels_last(dy, true), in = channels_last(x, true);
+  const StagedView grad = channels_last(dy, true, DType::bf16), in = channels_last(x, true, DType::bf16);
   const BackwardWeights products{in_data(grad), K, in_data(in), C,
                                  Tiles(x.shape[0], x.shape[2], x.shape[3])};
   const ChunkPlan plan = products.plan();

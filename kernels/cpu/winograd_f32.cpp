@@ -107,9 +107,7 @@ struct Act {
 
 // v itself where it is nChw8c or channels-last, else a channels-last copy.
 StagedView staged(const View& v, bool is_input) {
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-  const bool fits = v.layout == MemoryLayout::nChw8c || v.is_channels_last();
-  return StagedView(v, !fits, DType::f32, {H * W * C, 1, W * C, C}, is_input);
+  return channels_last(v, is_input, DType::f32, MemoryLayout::nChw8c);
 }
 
 Act act_of(const View& v) {
@@ -305,11 +303,8 @@ bool applies(const View& in, const View& w, const View& out, const Conv2dParams&
 
 // Where oneDNN runs AVX-512 its own f32 Winograd (F(4x4, 3x3)) takes these layers.
 bool winograd_f32_runs_here() {
-  static const bool runs = [] {
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    const bool onednn_avx512 = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & avx512) == avx512;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !onednn_avx512;
-  }();
+  static const bool runs = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           !onednn_isa_has(dnnl::cpu_isa::avx512_core);
   return runs;
 }
 

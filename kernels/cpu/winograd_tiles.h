@@ -13,6 +13,7 @@
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/derived_buffer.h"
+#include "ringflow/kernels/cpu/staged_view.h"
 
 #define RF_WINOGRAD_INLINE inline __attribute__((always_inline))
 
@@ -200,6 +201,15 @@ void chunk_phases(int64_t items, int64_t blocks, int part, int parts, const Tran
 #pragma omp barrier
   }
   for (Range r(items, part, parts); r.begin < r.end; ++r.begin) finish(r.begin);
+}
+
+// Activation v as the kernels read and write it: v itself where it is channels-last (or in
+// `also`, a blocked layout they address too), else a dense channels-last copy of `dtype`.
+inline StagedView channels_last(const View& v, bool is_input, DType dtype,
+                                MemoryLayout also = MemoryLayout::strided) {
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  const bool fits = v.is_channels_last() || (also != MemoryLayout::strided && v.layout == also);
+  return StagedView(v, !fits, dtype, {H * W * C, 1, W * C, C}, is_input);
 }
 
 // A bias of K values (any dtype, any stride) as f32, copied into `buffer`; null without one.
