@@ -11,7 +11,7 @@
 namespace ringflow::apps {
 
 struct StepMemory {
-  double fixed_bytes = 0;      // gradients, workspaces: what no image adds (not the weights)
+  double fixed_bytes = 0;      // gradients, workspaces, transformed weights: what no image adds
   double per_image_bytes = 0;  // activations kept for backward, the input, their gradients
   double parameter_bytes = 0;  // the model's parameters alone (f32)
   // The host allocator caches freed blocks by exact size (kernels/cpu/allocator.h): at large
