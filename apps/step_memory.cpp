@@ -31,7 +31,7 @@ StepBytes step_bytes(nn::Module& model, const std::string& name, int64_t batch, 
   // What is allocated already (the probe's weights and input, the run's data and model,
   // which MemAvailable has already taken away) is not the step's.
   StepBytes bytes;
-  const double before = bytes.before = static_cast<double>(cpu_allocator_stats().allocated);
+  bytes.before = static_cast<double>(cpu_allocator_stats().allocated);
   {
     Tensor loss;
     {
@@ -39,10 +39,10 @@ StepBytes step_bytes(nn::Module& model, const std::string& name, int64_t batch, 
       if (precision != DType::f32) amp.emplace(precision);
       loss = cross_entropy(model(x), y);
     }
-    bytes.after_forward = static_cast<double>(cpu_allocator_stats().allocated) - before;
+    bytes.after_forward = static_cast<double>(cpu_allocator_stats().allocated) - bytes.before;
     loss.backward();
   }
-  bytes.peak = static_cast<double>(cpu_allocator_stats().peak_allocated) - before;
+  bytes.peak = static_cast<double>(cpu_allocator_stats().peak_allocated) - bytes.before;
   return bytes;
 }
 

@@ -1,9 +1,9 @@
 // Training steps of whole models against PyTorch (issue 3 section 7): VGG-11 (CIFAR, BN)
-// and ResNet-18 (CIFAR) from the same initial weights on a batch of 2 (each its own), in train mode,
-// on the cpu (oneDNN) kernels in f32, and on the CUDA backend's own kernels run on the host
-// (simt_host_backend), each with the activations NCHW and NHWC between layers, and on the
-// cpu kernels and a GPU also auto (framework/memory_format.h: oneDNN's blocked layout on the
-// cpu), against PyTorch's f64 steps stored in
+// and ResNet-18 (CIFAR) from the same initial weights on a batch of 2 (each model its own),
+// in train mode, on the cpu (oneDNN) kernels in f32, and on the CUDA backend's own kernels
+// run on the host (simt_host_backend), each with the activations NCHW and NHWC between
+// layers, and on the cpu kernels and a GPU also auto (framework/memory_format.h: oneDNN's
+// blocked layout on the cpu), against PyTorch's f64 steps stored in
 // tests/fixtures/model_parity.safetensors (written by tests/fixtures/make_model_parity.py,
 // whose header describes the file). Within 1e-4:
 //   * the loss of step 1 (relative);
