@@ -73,6 +73,7 @@ struct Flags {
   CudaGraphs cuda_graphs = CudaGraphs::off;
   bool torch_channels_last = false;
   bool tf32 = false;
+  int64_t cudnn_workspace_mb = 1024;
   bool no_torch = false;
   bool profile_ops = false;
   bool json = false;
@@ -411,6 +412,7 @@ void print_json(const Row& r, double ceiling, const Flags& f) {
                    {"threads", num_threads()},
                    {"device", f.device.str()},
                    {"tf32", f.tf32},
+                   {"cudnn_workspace_mb", f.cudnn_workspace_mb},
                    {"memory_format", memory_format_name(f.memory_format)},
                    {"cuda_graphs", ringflow::apps::name_of(kCudaGraphs, f.cuda_graphs)},
                    {"graphed_step_ms", std::isnan(r.graphed_ms) ? nlohmann::json() : nlohmann::json(r.graphed_ms)},
@@ -478,6 +480,11 @@ int main(int argc, char** argv) {
   app.add_flag("--torch-channels-last", f.torch_channels_last, "also PyTorch with model and input "
                "channels_last: a column of its own");
   app.add_flag("--tf32", f.tf32, "CUDA: f32 matmuls and convolutions on TF32 tensor cores, for both");
+  app.add_option("--cudnn-workspace-mb", f.cudnn_workspace_mb,
+                 "CUDA: the workspace ringflow's cuDNN convolutions may use per call, MiB (PyTorch's "
+                 "takes what memory allows)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
   app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
   app.add_flag("--json", f.json, "one JSON object per row");
@@ -497,6 +504,7 @@ int main(int argc, char** argv) {
         throw std::invalid_argument(fmt::format("--device {}: {} CUDA device(s) here{}", f.device.str(), count,
                                                 count == 0 ? " (" + why + ")" : ""));
       set_allow_tf32(f.tf32);
+      set_cudnn_workspace_limit(static_cast<size_t>(f.cudnn_workspace_mb) << 20);
     }
     std::vector<std::pair<std::string, int64_t>> rows;
     if (f.models.empty() && f.batches.empty()) {

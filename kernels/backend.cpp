@@ -1,6 +1,7 @@
 #include "ringflow/kernels/backend.h"
 
 #include <atomic>
+#include <stdexcept>
 
 namespace ringflow {
 
@@ -51,9 +52,16 @@ const char* reduce_op_name(ReduceOp op) {
 
 namespace {
 std::atomic<bool> g_allow_tf32{false};
+std::atomic<size_t> g_cudnn_workspace_limit{size_t{1} << 30};
 }  // namespace
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }
+
+void set_cudnn_workspace_limit(size_t bytes) {
+  if (bytes == 0) throw std::invalid_argument("set_cudnn_workspace_limit: 0 bytes; want at least 1");
+  g_cudnn_workspace_limit.store(bytes);
+}
+size_t cudnn_workspace_limit() { return g_cudnn_workspace_limit.load(); }
 
 }  // namespace ringflow

@@ -266,4 +266,11 @@ class ConvAlgorithmGuard {
 void set_allow_tf32(bool allow);
 bool allow_tf32();
 
+// The workspace cuDNN's convolutions may use per call, bytes: 1 GiB by default (the fast
+// algorithms of VGG/ResNet layers at batch 256 fit it; PyTorch's benchmark takes what memory
+// allows). Read when a shape's algorithm is searched, so set it before the first convolution.
+// Throws std::invalid_argument for 0. For the process; no effect without cuDNN.
+void set_cudnn_workspace_limit(size_t bytes);
+size_t cudnn_workspace_limit();
+
 }  // namespace ringflow

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,11 +34,6 @@
 namespace ringflow::cuda {
 namespace {
 
-// Workspace cuDNN may use per call, bytes (cudnn_conv_plan.h), read once.
-size_t max_workspace() {
-  static const size_t limit = workspace_limit(std::getenv("RINGFLOW_CUDNN_WORKSPACE_LIMIT_MB"));
-  return limit;
-}
 // Graph API configurations timed per shape: the first of cuDNN's instant heuristics (its
 // guess of the fastest first) and of its fallback list (engines the heuristics may skip).
 constexpr int kInstantConfigs = 8, kFallbackConfigs = 3;
@@ -339,7 +333,7 @@ std::string choice_line(const ConvKey& key, const View& x, const View& w, const 
     for (const ConvCandidate& k : found.list)
       if (k.source == other) theirs.push_back(k);
     const auto best = choose_algorithm(theirs.data(), static_cast<int>(theirs.size()), key.dtype, key.tf32,
-                                       max_workspace());
+                                       cudnn_workspace_limit());
     line += best ? " (best " + std::string(other == ConvSource::graph ? "graph" : "legacy") + ": " +
                        describe_candidate(*best) + ")"
                  : "";
@@ -359,7 +353,7 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   }
   size_t free_bytes = 0, total = 0;
   RF_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  const size_t limit = std::min(max_workspace(), free_bytes / 2);
+  const size_t limit = std::min(cudnn_workspace_limit(), free_bytes / 2);
   Candidates found;
   {
     DeviceBuffer workspace(limit);
@@ -379,7 +373,7 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   std::lock_guard lock(cache.mutex);
   // A search with less than the whole workspace (memory was short) is not remembered when it
   // found nothing: a later call searches again.
-  if (best || limit == max_workspace()) {
+  if (best || limit == cudnn_workspace_limit()) {
     cache.chosen.emplace(key, chosen);
     cache.lines.push_back(choice_line(key, x, w, chosen, found));
   }

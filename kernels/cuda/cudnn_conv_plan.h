@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -176,26 +175,6 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
     if (!best || c.time_ms < best->time_ms) best = c;
   }
   return best;
-}
-
-// The workspace cuDNN may use per convolution call, bytes: 1 GiB (the fast algorithms of
-// VGG/ResNet layers at batch 256 fit it), or `mib` MiB from RINGFLOW_CUDNN_WORKSPACE_LIMIT_MB
-// (as TensorFlow's TF_CUDNN_WORKSPACE_LIMIT_IN_MB; PyTorch takes what memory allows) where
-// set: algorithms that need more, such as non-fused Winograd at large batches, may be faster.
-inline size_t workspace_limit(const char* mib) {
-  constexpr size_t kDefault = size_t{1} << 30;
-  if (!mib) return kDefault;
-  size_t used = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(mib, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || mib[used] != '\0' || n <= 0 || n > (1LL << 30))
-    throw std::invalid_argument("RINGFLOW_CUDNN_WORKSPACE_LIMIT_MB='" + std::string(mib) +
-                                "': want a positive whole number of MiB, such as 4096");
-  return static_cast<size_t>(n) << 20;
 }
 
 // Note [Searching the legacy API]: cudnnFind*AlgorithmEx runs every legacy algorithm, the
