@@ -152,8 +152,8 @@ inline void store_weight_gradient(const View& dw, const float* taps) {
 }
 
 // Runs `rows` rows of a micro-kernel R rows at a time, then the rest at once:
-// kernel(std::integral_constant<int, r>()) for each block of r rows, advance(r) after each
-// but the last.
+// kernel(std::integral_constant<int, r>()) for each block of r rows, advance(R) after each
+// full block.
 template <int R, class Kernel>
 void row_tail(int rows, const Kernel& kernel) {
   if constexpr (R > 0) {

@@ -318,9 +318,9 @@ const char* direction_name(ConvDirection d) {
 }
 
 // "forward bf16 x (256, 64, 32, 32) nhwc w (128, 64, 3, 3): graph engine 12 tensor-ops ... (best
-// legacy: algo 1 ...; 11 candidates)"
+// legacy: algo 1 ...; 11 candidates)"; `limit`: the workspace the search had.
 std::string choice_line(const ConvKey& key, const View& x, const View& w, const Chosen& c,
-                        const Candidates& found) {
+                        const Candidates& found, size_t limit) {
   const bool nhwc = key.w_layout == FilterLayout::nhwc;  // every operand is in the call's layout
   std::string line = std::string(direction_name(key.direction)) + " " + dtype_name(key.dtype) +
                      (key.tf32 && key.dtype == DType::f32 ? " tf32" : "") + " x " + shape_str(x.shape) +
@@ -332,8 +332,8 @@ std::string choice_line(const ConvKey& key, const View& x, const View& w, const 
     std::vector<ConvCandidate> theirs;
     for (const ConvCandidate& k : found.list)
       if (k.source == other) theirs.push_back(k);
-    const auto best = choose_algorithm(theirs.data(), static_cast<int>(theirs.size()), key.dtype, key.tf32,
-                                       cudnn_workspace_limit());
+    const auto best =
+        choose_algorithm(theirs.data(), static_cast<int>(theirs.size()), key.dtype, key.tf32, limit);
     line += best ? " (best " + std::string(other == ConvSource::graph ? "graph" : "legacy") + ": " +
                        describe_candidate(*best) + ")"
                  : "";
@@ -353,7 +353,8 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   }
   size_t free_bytes = 0, total = 0;
   RF_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  const size_t limit = std::min(cudnn_workspace_limit(), free_bytes / 2);
+  const size_t wanted = cudnn_workspace_limit();
+  const size_t limit = std::min(wanted, free_bytes / 2);
   Candidates found;
   {
     DeviceBuffer workspace(limit);
@@ -373,9 +374,9 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   std::lock_guard lock(cache.mutex);
   // A search with less than the whole workspace (memory was short) is not remembered when it
   // found nothing: a later call searches again.
-  if (best || limit == cudnn_workspace_limit()) {
+  if (best || limit == wanted) {
     cache.chosen.emplace(key, chosen);
-    cache.lines.push_back(choice_line(key, x, w, chosen, found));
+    cache.lines.push_back(choice_line(key, x, w, chosen, found, limit));
   }
   return chosen;
 }
