@@ -59,9 +59,11 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   std::mt19937 rng(3);
   // Odd sizes leave half-empty tiles, and an odd count of them a zero tile in
   // backward-weights (5x5); 1x1 images a single one; more channels than one micro-kernel
-  // column block of 32, and a last block of 16 (48 channels, and 16 for dx); threads with chunks of their own (64 channels) or sharing each chunk
-  // (512x512 weights: forward; 128x128: backward-weights, whose 576 tiles leave a short last
-  // chunk); and NCHW operands, which go through a channels-last copy.
+  // column block of 32, and a last block of 16 (48 channels, and 16 for dx); threads with
+  // chunks of their own (64 channels) or sharing each chunk (512x512 weights: forward;
+  // 128x128: backward-weights, which then streams its transforms past the caches, and whose
+  // 576 tiles leave a short last chunk); and NCHW operands, which go through a channels-last
+  // copy.
   const int64_t shapes[][5] = {{2, 16, 48, 7, 9},   {3, 48, 64, 8, 8},   {1, 64, 32, 1, 1},
                                {5, 32, 96, 4, 5},   {1, 16, 32, 5, 5},   {1, 64, 64, 32, 32},
                                {2, 512, 512, 3, 5}, {9, 128, 128, 16, 16}};

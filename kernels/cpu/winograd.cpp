@@ -198,18 +198,25 @@ struct Forward {
 };
 
 // ---------------------------------------------------------------- backward-weights
-// 32 bf16 at out: a[0], b[0], a[1], b[1], ... (the pairs vdpbf16ps reads).
+// 32 bf16 at out: a[0], b[0], a[1], b[1], ... (the pairs vdpbf16ps reads); Stream: past the
+// caches (out 64-byte aligned).
+template <bool Stream>
 RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
   alignas(64) static constexpr uint16_t kInterleave[32] = {
       0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low half
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both));
+  const __m512i pairs = _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), both);
+  if constexpr (Stream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), pairs);
+  } else {
+    _mm512_storeu_si512(out, pairs);
+  }
 }
 
 // The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
 // (zeros from `last` on), pair-interleaved: out[point][ch][2].
-template <bool Grad>
+template <bool Grad, bool Stream>
 RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
                              int64_t channels, const Tiles& g, int64_t t, int64_t last) {
   const Tile tiles[2] = {Tile(g, t), Tile(g, std::min(t + 1, last - 1))};
@@ -225,12 +232,16 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
         transformed_patch(dst, src, channels, tiles[i], c0);
       }
     }
-    for (int e = 0; e < kPoints; ++e) store_pairs(out + e * point_stride + 2 * c0, a[e], b[e]);
+    for (int e = 0; e < kPoints; ++e) store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
   }
 }
 
 // du[point][C][K] (f32) = sum over tiles of the transformed input times the transformed
-// output gradient; as Forward, by chunks, each thread's own or shared by all.
+// output gradient; as Forward, by chunks, each thread's own or shared by all. In a shared
+// chunk each thread's GEMMs read what the others transformed, so a cached store of the next
+// chunk's transforms would first take its line back from the core that read it last: on a
+// VM whose vCPUs sit in different core complexes that made the transforms 3x slower.
+// There the transforms stream their stores past the caches (docs/kernels.md).
 struct BackwardWeights {
   const uint16_t* dy;
   int64_t K;
@@ -243,11 +254,18 @@ struct BackwardWeights {
   void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, uint16_t* z, float* du,
              int part, int parts) const {
     const int64_t pairs = (n + 1) / 2;
+    const auto transform = [&](int64_t p, auto stream) {
+      tile_pair<false, decltype(stream)::value>(v + p * 2 * C, rows * C, x, C, g, t0 + 2 * p, g.count());
+      tile_pair<true, decltype(stream)::value>(z + p * 2 * K, rows * K, dy, K, g, t0 + 2 * p, g.count());
+    };
     chunk_phases(
         pairs, column_blocks(K), part, parts,
         [&](int64_t p) {
-          tile_pair<false>(v + p * 2 * C, rows * C, x, C, g, t0 + 2 * p, g.count());
-          tile_pair<true>(z + p * 2 * K, rows * K, dy, K, g, t0 + 2 * p, g.count());
+          if (parts > 1) {
+            transform(p, std::true_type());
+          } else {
+            transform(p, std::false_type());
+          }
         },
         [&](int64_t e, int64_t kb) {
           gemm_block(C, K, kb, {v + e * rows * C, 2, 2 * C, z + e * rows * K, 2 * K, pairs,
@@ -289,7 +307,8 @@ RF_AVX512BF16 void transform_pair(uint16_t* u, const float* taps, int64_t in_cha
       weight_transform(points[half], g);
     }
     for (int e = 0; e < kPoints; ++e)
-      store_pairs(u + ((e * (in_channels / 2) + pair) * out_channels + o) * 2, points[0][e], points[1][e]);
+      store_pairs<false>(u + ((e * (in_channels / 2) + pair) * out_channels + o) * 2, points[0][e],
+                         points[1][e]);
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <omp.h>
+#include <xmmintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -186,13 +187,15 @@ DerivedBuffer cached_weights(const View& w, const char* name, bool backward_data
 // One chunk's work, by `parts` threads of which the caller is `part` (they all call it):
 // transform(i) for i < items, then gemm(e, kb) for each point e and column block kb < blocks,
 // then finish(i) for i < items, each thread its share, with a barrier between the phases
-// where threads share the chunk. The next chunk's transforms may overlap this one's finish:
-// they write the transformed operands, which finish no longer reads.
+// where threads share the chunk (after a fence: transforms may stream their stores past the
+// caches). The next chunk's transforms may overlap this one's finish: they write the
+// transformed operands, which finish no longer reads.
 template <class Transform, class Gemm, class Finish>
 void chunk_phases(int64_t items, int64_t blocks, int part, int parts, const Transform& transform,
                   const Gemm& gemm, const Finish& finish) {
   for (Range r(items, part, parts); r.begin < r.end; ++r.begin) transform(r.begin);
   if (parts > 1) {
+    _mm_sfence();
 #pragma omp barrier
   }
   for (Range r(kPoints * blocks, part, parts); r.begin < r.end; ++r.begin)
