@@ -108,27 +108,22 @@ RF_AVX512BF16 inline void store16(uint16_t* p, __m512 v) {
   std::memcpy(p, &h, sizeof h);
 }
 
-// The transformed input patch of a tile, channels c0 .. c0 + 16 of x (C channels).
+// The transformed input patch of a tile, channels c0 .. c0 + 16 of its image x (C channels),
+// the patch's pixels at px (Tile::patch).
 RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* x, int64_t C,
-                                            const Tile& tile, int64_t c0) {
+                                            const int64_t px[16], int64_t c0) {
   __m512 d[16];
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) {
-      const int64_t px = tile.pixel(i - 1, j - 1);
-      d[4 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(x + px * C + c0);
-    }
+  for (int e = 0; e < kPoints; ++e)
+    d[e] = px[e] < 0 ? _mm512_setzero_ps() : load16(x + px[e] * C + c0);
   input_transform(v, d);
 }
 
-// The gradient of a tile's 16 products, channels k0 .. k0 + 16 of dy (K channels).
+// The gradient of a tile's 16 products, channels k0 .. k0 + 16 of its image dy (K channels),
+// the tile's outputs at px (Tile::outputs).
 RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int64_t K,
-                                           const Tile& tile, int64_t k0) {
+                                           const int64_t px[4], int64_t k0) {
   __m512 y[4];
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) {
-      const int64_t px = tile.pixel(i, j);
-      y[2 * i + j] = px < 0 ? _mm512_setzero_ps() : load16(dy + px * K + k0);
-    }
+  for (int i = 0; i < 4; ++i) y[i] = px[i] < 0 ? _mm512_setzero_ps() : load16(dy + px[i] * K + k0);
   grad_transform(z, y);
 }
 
@@ -137,23 +132,27 @@ RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int
 RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t,
                                const float* m, int64_t point_stride, const float* bias) {
   const Tile tile(g, t);
+  int64_t px[4];
+  tile.outputs(px);
+  y += tile.image(K);
   for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
     __m512 points[16], out[4];
     for (int e = 0; e < kPoints; ++e) points[e] = _mm512_loadu_ps(m + e * point_stride + k0);
     output_transform(out, points, bias ? _mm512_loadu_ps(bias + k0) : _mm512_setzero_ps());
-    for (int i = 0; i < 4; ++i) {
-      const int64_t px = tile.pixel(i / 2, i % 2);
-      if (px >= 0) store16(y + px * K + k0, out[i]);
-    }
+    for (int i = 0; i < 4; ++i)
+      if (px[i] >= 0) store16(y + px[i] * K + k0, out[i]);
   }
 }
 
 RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t* x, int64_t C,
                               const Tiles& g, int64_t t) {
   const Tile tile(g, t);
+  int64_t px[16];
+  tile.patch(px);
+  x += tile.image(C);
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
     __m512 u[16];
-    transformed_patch(u, x, C, tile, c0);
+    transformed_patch(u, x, C, px, c0);
     for (int e = 0; e < kPoints; ++e) store16(v + e * point_stride + c0, u[e]);
   }
 }
@@ -169,17 +168,17 @@ struct Forward {
   const uint16_t* u;
   const float* bias;
 
-  // Tiles [t0, t0 + n) through v and m (rows each), by `parts` threads of which the caller
-  // is `part` (chunk_phases).
-  void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, float* m, int part, int parts) const {
+  // Tiles [t0, t0 + n) through v and m, by `parts` threads of which the caller is `part`
+  // (chunk_phases).
+  void chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<float> m, int part, int parts) const {
     chunk_phases(
         n, column_blocks(Cout), part, parts,
-        [&](int64_t i) { input_tile(v + i * Cin, rows * Cin, x, Cin, g, t0 + i); },
+        [&](int64_t i) { input_tile(v.data + i * Cin, v.stride, x, Cin, g, t0 + i); },
         [&](int64_t e, int64_t kb) {
-          gemm_block(n, Cout, kb, {v + e * rows * Cin, Cin, 2, u + e * (Cin / 2) * Cout * 2,
-                                   2 * Cout, Cin / 2, m + e * rows * Cout, Cout, false});
+          gemm_block(n, Cout, kb, {v.point(e), Cin, 2, u + e * (Cin / 2) * Cout * 2, 2 * Cout,
+                                   Cin / 2, m.point(e), Cout, false});
         },
-        [&](int64_t i) { output_tile(y, Cout, g, t0 + i, m + i * Cout, rows * Cout, bias); });
+        [&](int64_t i) { output_tile(y, Cout, g, t0 + i, m.data + i * Cout, m.stride, bias); });
   }
 
   // Threads take whole chunks where the transformed weights fit in a core's cache next to
@@ -187,12 +186,10 @@ struct Forward {
   void run() const {
     const bool own = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
     const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows);
-    const int64_t v_slot = kPoints * plan.capacity * Cin, m_slot = kPoints * plan.capacity * Cout;
-    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
-    ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
+    const PointScratch<uint16_t> v(plan, Cin);
+    const PointScratch<float> m(plan, Cout);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
-      chunk(t0, n, plan.rows, static_cast<uint16_t*>(v_buf.data()) + slot * v_slot,
-            static_cast<float*>(m_buf.data()) + slot * m_slot, part, parts);
+      chunk(t0, n, v.slot(slot), m.slot(slot), part, parts);
     });
   }
 };
@@ -220,6 +217,16 @@ template <bool Grad, bool Stream>
 RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
                              int64_t channels, const Tiles& g, int64_t t, int64_t last) {
   const Tile tiles[2] = {Tile(g, t), Tile(g, std::min(t + 1, last - 1))};
+  int64_t px[2][16];
+  const uint16_t* image[2];
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (Grad) {
+      tiles[i].outputs(px[i]);
+    } else {
+      tiles[i].patch(px[i]);
+    }
+    image[i] = src + tiles[i].image(channels);
+  }
   for (int64_t c0 = 0; c0 < channels; c0 += kLanes) {
     __m512 a[16], b[16];
     for (int64_t i = 0; i < 2; ++i) {
@@ -227,9 +234,9 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
       if (t + i >= last) {
         for (int e = 0; e < kPoints; ++e) dst[e] = _mm512_setzero_ps();
       } else if constexpr (Grad) {
-        transformed_grad(dst, src, channels, tiles[i], c0);
+        transformed_grad(dst, image[i], channels, px[i], c0);
       } else {
-        transformed_patch(dst, src, channels, tiles[i], c0);
+        transformed_patch(dst, image[i], channels, px[i], c0);
       }
     }
     for (int e = 0; e < kPoints; ++e) store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
@@ -249,14 +256,15 @@ struct BackwardWeights {
   int64_t C;
   Tiles g;
 
-  // Tiles [t0, t0 + n) through v and z (rows each), added onto du; by `parts` threads of
-  // which the caller is `part`.
-  void chunk(int64_t t0, int64_t n, int64_t rows, uint16_t* v, uint16_t* z, float* du,
-             int part, int parts) const {
+  // Tiles [t0, t0 + n) through v and z, added onto du; by `parts` threads of which the
+  // caller is `part`.
+  void chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<uint16_t> z, float* du, int part,
+             int parts) const {
     const int64_t pairs = (n + 1) / 2;
     const auto transform = [&](int64_t p, auto stream) {
-      tile_pair<false, decltype(stream)::value>(v + p * 2 * C, rows * C, x, C, g, t0 + 2 * p, g.count());
-      tile_pair<true, decltype(stream)::value>(z + p * 2 * K, rows * K, dy, K, g, t0 + 2 * p, g.count());
+      constexpr bool kStream = decltype(stream)::value;
+      tile_pair<false, kStream>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, g.count());
+      tile_pair<true, kStream>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, g.count());
     };
     chunk_phases(
         pairs, column_blocks(K), part, parts,
@@ -268,8 +276,7 @@ struct BackwardWeights {
           }
         },
         [&](int64_t e, int64_t kb) {
-          gemm_block(C, K, kb, {v + e * rows * C, 2, 2 * C, z + e * rows * K, 2 * K, pairs,
-                                du + e * C * K, K, true});
+          gemm_block(C, K, kb, {v.point(e), 2, 2 * C, z.point(e), 2 * K, pairs, du + e * C * K, K, true});
         },
         [](int64_t) {});
   }
@@ -281,14 +288,10 @@ struct BackwardWeights {
     return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2);
   }
   void run(const ChunkPlan& plan, float* du) const {
-    const int64_t v_slot = kPoints * plan.capacity * C, z_slot = kPoints * plan.capacity * K;
-    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(uint16_t));
-    ScratchBuffer z_buf(size_t(plan.slots * z_slot) * sizeof(uint16_t));
+    const PointScratch<uint16_t> v(plan, C), z(plan, K);
     fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
-      chunk(t0, n, plan.rows, static_cast<uint16_t*>(v_buf.data()) + slot * v_slot,
-            static_cast<uint16_t*>(z_buf.data()) + slot * z_slot, du + slot * kPoints * C * K,
-            part, parts);
+      chunk(t0, n, v.slot(slot), z.slot(slot), du + slot * kPoints * C * K, part, parts);
     });
   }
 };

@@ -122,7 +122,7 @@ RF_AVX2 void input_tile(float* v, int64_t point_stride, const Act& x, int64_t C,
                         const Tiles& g, int64_t t) {
   const Tile tile(g, t);
   int64_t px[16];
-  for (int e = 0; e < kPoints; ++e) px[e] = tile.at(e / 4 - 1, e % 4 - 1);
+  tile.patch(px);
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
     __m256 d[16], u[16];
     for (int e = 0; e < kPoints; ++e)
@@ -138,7 +138,7 @@ RF_AVX2 void grad_tile(float* z, int64_t point_stride, const Act& dy, int64_t K,
                        int64_t t, float* db) {
   const Tile tile(g, t);
   int64_t px[4];
-  for (int i = 0; i < 4; ++i) px[i] = tile.at(i / 2, i % 2);
+  tile.outputs(px);
   for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
     __m256 y[4], u[16];
     for (int i = 0; i < 4; ++i)
@@ -153,14 +153,14 @@ RF_AVX2 void grad_tile(float* z, int64_t point_stride, const Act& dy, int64_t K,
 RF_AVX2 void output_tile(const Act& y, int64_t K, const Tiles& g, int64_t t, const float* m,
                          int64_t point_stride, const float* bias) {
   const Tile tile(g, t);
+  int64_t px[4];
+  tile.outputs(px);
   for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
     __m256 points[16], out[4];
     for (int e = 0; e < kPoints; ++e) points[e] = _mm256_loadu_ps(m + e * point_stride + k0);
     output_transform(out, points, bias ? _mm256_loadu_ps(bias + k0) : _mm256_setzero_ps());
-    for (int i = 0; i < 4; ++i) {
-      const int64_t px = tile.at(i / 2, i % 2);
-      if (px >= 0) _mm256_storeu_ps(y.at(tile.n, px, k0), out[i]);
-    }
+    for (int i = 0; i < 4; ++i)
+      if (px[i] >= 0) _mm256_storeu_ps(y.at(tile.n, px[i], k0), out[i]);
   }
 }
 
@@ -176,28 +176,25 @@ struct Forward {
   const float* u;
   const float* bias;
 
-  // Tiles [t0, t0 + n) through v and m (rows each), by `parts` threads of which the caller
-  // is `part` (chunk_phases).
-  void chunk(int64_t t0, int64_t n, int64_t rows, float* v, float* m, int part, int parts) const {
+  // Tiles [t0, t0 + n) through v and m, by `parts` threads of which the caller is `part`
+  // (chunk_phases).
+  void chunk(int64_t t0, int64_t n, Points<float> v, Points<float> m, int part, int parts) const {
     chunk_phases(
         n, column_blocks(Cout), part, parts,
-        [&](int64_t i) { input_tile(v + i * Cin, rows * Cin, x, Cin, g, t0 + i); },
+        [&](int64_t i) { input_tile(v.data + i * Cin, v.stride, x, Cin, g, t0 + i); },
         [&](int64_t e, int64_t kb) {
-          gemm_block(n, Cout, kb, {v + e * rows * Cin, Cin, 1, u + e * Cin * Cout, Cout, Cin,
-                                   m + e * rows * Cout, Cout, false});
+          gemm_block(n, Cout, kb, {v.point(e), Cin, 1, u + e * Cin * Cout, Cout, Cin, m.point(e),
+                                   Cout, false});
         },
-        [&](int64_t i) { output_tile(y, Cout, g, t0 + i, m + i * Cout, rows * Cout, bias); });
+        [&](int64_t i) { output_tile(y, Cout, g, t0 + i, m.data + i * Cout, m.stride, bias); });
   }
 
   void run() const {
     const bool own = kPoints * Cin * Cout * 4 <= kOwnWeightBytes;
     const ChunkPlan plan(g.count(), kPoints * 4 * (Cin + Cout), own, kRows);
-    const int64_t v_slot = kPoints * plan.capacity * Cin, m_slot = kPoints * plan.capacity * Cout;
-    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(float));
-    ScratchBuffer m_buf(size_t(plan.slots * m_slot) * sizeof(float));
+    const PointScratch<float> v(plan, Cin), m(plan, Cout);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
-      chunk(t0, n, plan.rows, static_cast<float*>(v_buf.data()) + slot * v_slot,
-            static_cast<float*>(m_buf.data()) + slot * m_slot, part, parts);
+      chunk(t0, n, v.slot(slot), m.slot(slot), part, parts);
     });
   }
 };
@@ -214,18 +211,18 @@ struct BackwardWeights {
   Tiles g;
   bool with_bias;
 
-  // Tiles [t0, t0 + n) through v and z (rows each), added onto du, and their dy onto db (K
-  // floats, the calling thread's); by `parts` threads of which the caller is `part`.
-  void chunk(int64_t t0, int64_t n, int64_t rows, float* v, float* z, float* du, float* db,
+  // Tiles [t0, t0 + n) through v and z, added onto du, and their dy onto db (K floats, the
+  // calling thread's); by `parts` threads of which the caller is `part`.
+  void chunk(int64_t t0, int64_t n, Points<float> v, Points<float> z, float* du, float* db,
              int part, int parts) const {
     chunk_phases(
         n, column_blocks(K), part, parts,
         [&](int64_t i) {
-          input_tile(v + i * C, rows * C, x, C, g, t0 + i);
-          grad_tile(z + i * K, rows * K, dy, K, g, t0 + i, with_bias ? db : nullptr);
+          input_tile(v.data + i * C, v.stride, x, C, g, t0 + i);
+          grad_tile(z.data + i * K, z.stride, dy, K, g, t0 + i, with_bias ? db : nullptr);
         },
         [&](int64_t e, int64_t kb) {
-          gemm_block(C, K, kb, {v + e * rows * C, 1, C, z + e * rows * K, K, n, du + e * C * K, K, true});
+          gemm_block(C, K, kb, {v.point(e), 1, C, z.point(e), K, n, du + e * C * K, K, true});
         },
         [](int64_t) {});
   }
@@ -238,14 +235,11 @@ struct BackwardWeights {
     return ChunkPlan(g.count(), kPoints * 4 * (C + K), own, 1);
   }
   void run(const ChunkPlan& plan, float* du, float* db) const {
-    const int64_t v_slot = kPoints * plan.capacity * C, z_slot = kPoints * plan.capacity * K;
-    ScratchBuffer v_buf(size_t(plan.slots * v_slot) * sizeof(float));
-    ScratchBuffer z_buf(size_t(plan.slots * z_slot) * sizeof(float));
+    const PointScratch<float> v(plan, C), z(plan, K);
     fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
     fill(View{db, DType::f32, {omp_get_max_threads() * K}, {1}}, 0.0);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
-      chunk(t0, n, plan.rows, static_cast<float*>(v_buf.data()) + slot * v_slot,
-            static_cast<float*>(z_buf.data()) + slot * z_slot, du + slot * kPoints * C * K,
+      chunk(t0, n, v.slot(slot), z.slot(slot), du + slot * kPoints * C * K,
             db + omp_get_thread_num() * K, part, parts);
     });
   }

@@ -57,6 +57,16 @@ struct Tile {
     const int64_t p = at(dy, dx);
     return p < 0 ? -1 : n * g->H * g->W + p;
   }
+  // at() of the input patch's 16 pixels and of the output tile's 4 (row-major): looked up
+  // once per tile, not once per block of channels.
+  void patch(int64_t px[16]) const {
+    for (int e = 0; e < 16; ++e) px[e] = at(e / 4 - 1, e % 4 - 1);
+  }
+  void outputs(int64_t px[4]) const {
+    for (int i = 0; i < 4; ++i) px[i] = at(i / 2, i % 2);
+  }
+  // Where image n begins in a channels-last activation of `channels` channels.
+  int64_t image(int64_t channels) const { return n * g->H * g->W * channels; }
 };
 
 // [begin, end) of `part` when n items are split into `parts`.
@@ -104,6 +114,33 @@ struct ChunkPlan {
       }
     }
   }
+};
+
+// One slot of a chunk's transformed operands of one kind: point e's rows at point(e).
+template <class T>
+struct Points {
+  T* data;
+  int64_t stride;
+  T* point(int64_t e) const { return data + e * stride; }
+};
+
+// Scratch for a plan's slots of transformed operands, `capacity` rows of `row` elements of T
+// per point. The points lie an odd number of cache lines apart, so that the 16 stores a
+// transform makes together fall in different cache sets (a power of two apart, as the
+// budget made them in backward-weights, they all fell in one: 7% slower).
+template <class T>
+class PointScratch {
+ public:
+  PointScratch(const ChunkPlan& plan, int64_t row)
+      : stride_((lines(plan.capacity * row) | 1) * kLine),
+        buffer_(size_t(plan.slots * kPoints * stride_) * sizeof(T)) {}
+  Points<T> slot(int s) const { return {static_cast<T*>(buffer_.data()) + s * kPoints * stride_, stride_}; }
+
+ private:
+  static constexpr int64_t kLine = 64 / sizeof(T);
+  static int64_t lines(int64_t elements) { return (elements + kLine - 1) / kLine; }
+  int64_t stride_;
+  ScratchBuffer buffer_;
 };
 
 // Whether in (N, reduced, H, W) and out (N, produced, H, W) are the activations of a 3x3
