@@ -7,13 +7,14 @@
 // f32 and round once to bf16 (their coefficients are 0, +-1 and 1/2); the 16 products per
 // tile are GEMMs that accumulate in f32 (vdpbf16ps). Rounding the transformed operands adds
 // to the output's own rounding, so the error is a few times a direct bf16 convolution's
-// (docs/kernels.md); --conv-algo direct keeps oneDNN's. Tiles go in chunks that
-// stay in the cache from one transform to the next.
+// (docs/kernels.md); --conv-algo direct keeps oneDNN's. Tiles go in chunks sized for the
+// cache (but for backward-weights' shared chunks: BackwardWeights).
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/derived_buffer.h"
@@ -170,7 +171,8 @@ struct Forward {
 
   // Tiles [t0, t0 + n) through v and m, by `parts` threads of which the caller is `part`
   // (chunk_phases).
-  void chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<float> m, int part, int parts) const {
+  void chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<float> m, int part,
+             int parts) const {
     chunk_phases(
         n, column_blocks(Cout), part, parts,
         [&](int64_t i) { input_tile(v.data + i * Cin, v.stride, x, Cin, g, t0 + i); },
@@ -239,16 +241,20 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
         transformed_patch(dst, image[i], channels, px[i], c0);
       }
     }
-    for (int e = 0; e < kPoints; ++e) store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
+    for (int e = 0; e < kPoints; ++e)
+      store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
   }
 }
 
 // du[point][C][K] (f32) = sum over tiles of the transformed input times the transformed
 // output gradient; as Forward, by chunks, each thread's own or shared by all. In a shared
 // chunk each thread's GEMMs read what the others transformed, so a cached store of the next
-// chunk's transforms would first take its line back from the core that read it last: on a
-// VM whose vCPUs sit in different core complexes that made the transforms 3x slower.
-// There the transforms stream their stores past the caches (docs/kernels.md).
+// chunk's transforms first takes its line back from the core that read it last. Where that
+// costs little (cores close together) cached stores were ~10% faster per layer; where the
+// cores are far apart (a Zen 4 VM, in spells) they made the transforms 3x slower and the
+// layer 1.5-1.8x: so shared chunks stream their transforms past the caches, whose tiles the
+// GEMMs then read from memory (docs/kernels.md). The streamed stores are whole aligned lines:
+// C and K are multiples of 16 and PointScratch's points start on a line.
 struct BackwardWeights {
   const uint16_t* dy;
   int64_t K;
@@ -269,14 +275,11 @@ struct BackwardWeights {
     chunk_phases(
         pairs, column_blocks(K), part, parts,
         [&](int64_t p) {
-          if (parts > 1) {
-            transform(p, std::true_type());
-          } else {
-            transform(p, std::false_type());
-          }
+          parts > 1 ? transform(p, std::true_type()) : transform(p, std::false_type());
         },
         [&](int64_t e, int64_t kb) {
-          gemm_block(C, K, kb, {v.point(e), 2, 2 * C, z.point(e), 2 * K, pairs, du + e * C * K, K, true});
+          gemm_block(C, K, kb, {v.point(e), 2, 2 * C, z.point(e), 2 * K, pairs, du + e * C * K,
+                                K, true});
         },
         [](int64_t) {});
   }

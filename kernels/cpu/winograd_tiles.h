@@ -40,7 +40,7 @@ struct Tiles {
 };
 
 // One tile's place: at(dy, dx) is the pixel (2*th + dy, 2*tw + dx) of image n, counted
-// within the image, or -1 outside it; pixel(dy, dx) the same counted over the batch.
+// within the image, or -1 outside it.
 struct Tile {
   int64_t n, h, w;  // h, w: the output tile's top-left pixel
   const Tiles* g;
@@ -53,19 +53,15 @@ struct Tile {
     const int64_t y = h + dy, x = w + dx;
     return y < 0 || y >= g->H || x < 0 || x >= g->W ? -1 : y * g->W + x;
   }
-  int64_t pixel(int64_t dy, int64_t dx) const {
-    const int64_t p = at(dy, dx);
-    return p < 0 ? -1 : n * g->H * g->W + p;
-  }
   // at() of the input patch's 16 pixels and of the output tile's 4 (row-major): looked up
   // once per tile, not once per block of channels.
   void patch(int64_t px[16]) const {
-    for (int e = 0; e < 16; ++e) px[e] = at(e / 4 - 1, e % 4 - 1);
+    for (int e = 0; e < kPoints; ++e) px[e] = at(e / 4 - 1, e % 4 - 1);
   }
   void outputs(int64_t px[4]) const {
     for (int i = 0; i < 4; ++i) px[i] = at(i / 2, i % 2);
   }
-  // Where image n begins in a channels-last activation of `channels` channels.
+  // Where image n begins in a dense channels-last activation of `channels` channels.
   int64_t image(int64_t channels) const { return n * g->H * g->W * channels; }
 };
 
@@ -125,16 +121,19 @@ struct Points {
 };
 
 // Scratch for a plan's slots of transformed operands, `capacity` rows of `row` elements of T
-// per point. The points lie an odd number of cache lines apart, so that the 16 stores a
-// transform makes together fall in different cache sets (a power of two apart, as the
-// budget made them in backward-weights, they all fell in one: 7% slower).
+// per point, each point starting on a cache line. The points lie an odd number of lines
+// apart, so that the 16 stores a transform makes together fall in different cache sets (a
+// power of two apart, as the budget made them in backward-weights, they all fell in one:
+// that layer 10-13% slower).
 template <class T>
 class PointScratch {
  public:
   PointScratch(const ChunkPlan& plan, int64_t row)
       : stride_((lines(plan.capacity * row) | 1) * kLine),
         buffer_(size_t(plan.slots * kPoints * stride_) * sizeof(T)) {}
-  Points<T> slot(int s) const { return {static_cast<T*>(buffer_.data()) + s * kPoints * stride_, stride_}; }
+  Points<T> slot(int s) const {
+    return {static_cast<T*>(buffer_.data()) + s * kPoints * stride_, stride_};
+  }
 
  private:
   static constexpr int64_t kLine = 64 / sizeof(T);
