@@ -252,8 +252,8 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
 // chunk's transforms first takes its line back from the core that read it last. Where that
 // costs little (cores close together) cached stores were ~10% faster per layer; where the
 // cores are far apart (a Zen 4 VM, in spells) they made the transforms 3x slower and the
-// layer 1.5-1.8x: so shared chunks stream their transforms past the caches, whose tiles the
-// GEMMs then read from memory (docs/kernels.md). The streamed stores are whole aligned lines:
+// layer up to 1.6x: so shared chunks stream their transforms past the caches, whose tiles
+// the GEMMs then read from memory (docs/kernels.md). The streamed stores are whole aligned lines:
 // C and K are multiples of 16 and PointScratch's points start on a line.
 struct BackwardWeights {
   const uint16_t* dy;
