@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""How much a bf16 Winograd convolution rounds, F(2x2, 3x3) against F(4x4, 3x3): NumPy only.
+"""How much a bf16 Winograd convolution rounds, F(2x2, 3x3) against larger tiles: NumPy only.
 
 Random N(0, 1) activations and He-scaled weights, both rounded to bf16 (the inputs a bf16
 convolution gets); the transforms in f32, the transformed operands rounded to bf16 (what the
 dot products read), their products summed in f32 over the input channels, the output
 transform exact. Prints each variant's relative rms error against the exact (f64) direct
-convolution of the same bf16 inputs. docs/mixed-precision.md quotes it.
+convolution of the same bf16 inputs: Lavin and Gray's F(2x2) and F(4x4) (the ones ringflow's
+kernels and oneDNN's f32 Winograd use), and F(3x3) and F(4x4) built by Cook-Toom on other
+points (fewer products than F(2x2), smaller constants than Lavin's F(4x4)).
+docs/mixed-precision.md quotes it.
 
 usage: winograd_rounding.py [--channels C] [--tiles T] [--seed S]"""
 import argparse
@@ -33,6 +36,32 @@ F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
                 [0, 1, -1, 8, -8, 1]], np.float64))
 
 
+def cook_toom(points, r=3):
+    """(B^T, G, A^T) of F(m, r) on the finite `points` (m + r - 2 of them) and infinity."""
+    a = len(points) + 1
+    m = a - r + 1
+
+    def product(roots):  # coefficients, lowest first, of prod (x - q)
+        c = np.array([1.0])
+        for q in roots:
+            c = np.convolve(c, [-q, 1.0])
+        return c
+
+    AT, G, BT = np.zeros((m, a)), np.zeros((a, r)), np.zeros((a, a))
+    for j, p in enumerate(points):
+        others = [q for q in points if q != p]
+        AT[:, j] = [p ** i for i in range(m)]
+        G[j] = [p ** k / np.prod([p - q for q in others]) for k in range(r)]
+        BT[j, :a - 1] = product(others)
+    AT[m - 1, a - 1] = G[a - 1, r - 1] = 1
+    BT[a - 1] = product(points)
+    # exact in f64 on a random 1-D case, or the construction is wrong
+    d, g = np.random.default_rng(1).standard_normal(a), np.random.default_rng(2).standard_normal(r)
+    direct = [d[i:i + r] @ g for i in range(m)]
+    assert np.allclose(AT @ ((G @ g) * (BT @ d)), direct, atol=1e-12), points
+    return BT, G, AT
+
+
 def relative_error(matrices, channels, tiles, rng, out_channels=16):
     BT, G, AT = matrices
     m, a = AT.shape
@@ -56,7 +85,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
-    for name, matrices in (("F(2x2, 3x3)", F2), ("F(4x4, 3x3)", F4)):
+    variants = (("F(2x2, 3x3)", F2), ("F(4x4, 3x3)", F4),
+                ("F(3x3, 3x3) on 0, 1, -1, 2", cook_toom([0, 1, -1, 2])),
+                ("F(4x4, 3x3) on 0, 1, -1, 1/2, -2", cook_toom([0, 1, -1, 0.5, -2])))
+    for name, matrices in variants:
         err = relative_error(matrices, args.channels, args.tiles, rng)
         print(f"{name} in bf16, {args.channels} input channels: relative rms error {err:.2e}")
 
