@@ -532,24 +532,29 @@ void backward_data_in(const View& dx, const View& dy, const View& w, const Conv2
   if (dxv.data != dx.data) copy(dx, dxv);
 }
 
+// The own sum over N, H, W into db (a (1, K, 1, 1) view of it).
+void own_bias_sum(const View& db, const View& dy) {
+  View out = db;
+  const int64_t K = db.shape[0], s1 = db.strides[0];
+  out.shape = {1, K, 1, 1};
+  out.strides = {K * s1, s1, s1, s1};
+  cuda_backend()->reduce(ReduceOp::sum, out, dy);
+}
+
 void backward_bias(const View& db, const View& dy, bool nhwc) {
   if (db.dtype != dy.dtype || db.dim() != 1 || db.shape[0] != dy.shape[1])
     throw std::invalid_argument("cuda conv2d_backward_weights: db " + shape_str(db.shape) + " " +
                                 dtype_name(db.dtype) + " for dy " + shape_str(dy.shape));
+  // Channels-last, cuDNN's sum took 40x its memory traffic on an H100 (Note [Column sums] in
+  // kernels/simt/reduce.h); the own one reads along the rows.
+  if (nhwc) return own_bias_sum(db, dy);
   const Scalars s(dy.dtype);
   const TensorDesc bd(db, 0), yd(dy, nhwc);
   const cudnnStatus_t status = cudnnConvolutionBackwardBias(cudnn_handle(), s.one(), yd.d, dy.data, s.zero(),
                                                             bd.d, db.data);
-  if (status == CUDNN_STATUS_NOT_SUPPORTED) {
-    // cuDNN 9 refuses some shapes (a (1, 1, 1, 1) dy on an H100): the own sum over N, H, W.
-    View out = db;
-    const int64_t K = db.shape[0], s1 = db.strides[0];
-    out.shape = {1, K, 1, 1};
-    out.strides = {K * s1, s1, s1, s1};
-    cuda_backend()->reduce(ReduceOp::sum, out, dy);
-  } else {
-    RF_CHECK_CUDNN(status);
-  }
+  // cuDNN 9 refuses some shapes (a (1, 1, 1, 1) dy on an H100).
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return own_bias_sum(db, dy);
+  RF_CHECK_CUDNN(status);
 }
 
 void backward_weights_in(const View& dw, const View* db, const View& dy, const View& x,

@@ -15,6 +15,7 @@
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/columns.h"
 #include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/indexer.h"
 #include "ringflow/kernels/simt/simt.h"
@@ -211,34 +212,6 @@ struct AddReluBody {
 // mask.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
-
-// Arrays of A from the executor's workspace for one op's launches, freed together (in stream
-// order on the GPU) when it goes out of scope.
-template <class Exec, class A>
-class Scratch {
- public:
-  A* take(int64_t n) {
-    held_.push_back(Exec::workspace(sizeof(A) * static_cast<size_t>(n > 0 ? n : 1)));
-    return static_cast<A*>(held_.back().get());
-  }
-
- private:
-  std::vector<Workspace> held_;
-};
-
-// x as (M, C) split into chunks of `chunk` rows, one thread per (chunk, channel).
-struct ChannelChunks {
-  int64_t M, C, chunk, chunks;
-  RF_HD int64_t rows_in(int64_t p) const { return (p + 1) * chunk < M ? chunk : M - p * chunk; }
-};
-
-inline ChannelChunks channel_chunks(int64_t M, int64_t C) {
-  // About 2^18 threads in phase 1 (enough to fill a large GPU), at least 16 rows each.
-  constexpr int64_t kThreads = int64_t{1} << 18, kMinRows = 16;
-  int64_t chunk = C == 0 ? M : (M * C + kThreads - 1) / kThreads;
-  chunk = chunk < kMinRows ? kMinRows : chunk;
-  return {M, C, chunk, M == 0 ? 0 : (M + chunk - 1) / chunk};
-}
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
 template <class A>

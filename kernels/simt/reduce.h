@@ -1,11 +1,18 @@
 // Reductions (sum, mean, max, min, argmax) over the dims where out has size 1 and in does
 // not: one block per output element, its threads folding the reduced elements (block
-// reduction, simt.h), thread 0 storing. Sums accumulate in float (double for f64, int64 for
-// integers); max/min propagate NaN; argmax takes the first maximum, or the first NaN.
+// reduction, simt.h), thread 0 storing; sums over the rows of a dense (M, C) matrix (a bias
+// gradient over channels-last dy) read along the rows instead (Note [Column sums]). Sums
+// accumulate in float (double for f64, int64 for integers); max/min propagate NaN; argmax
+// takes the first maximum, or the first NaN.
 #pragma once
+
+#include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
+#include "ringflow/kernels/simt/columns.h"
 #include "ringflow/kernels/simt/indexer.h"
 #include "ringflow/kernels/simt/simt.h"
 
@@ -69,6 +76,93 @@ struct ReduceBody {
   }
 };
 
+// Note [Column sums]
+// One block per output element reads a channels-last (N, C, H, W) tensor's channel with a
+// stride of C: on an H100 cuDNN's bias gradient of such a dy took ~1 ms for (256, 64, 32, 32)
+// f32, where reading it takes ~25 us. So where in is a dense (M, C) matrix whose M rows are
+// reduced and whose C columns are kept, a first launch gives each thread one column of a chunk
+// of rows (columns.h) and a second one block per column merging the chunks' partial sums.
+
+// The (M, C) shape of a column sum of in over the dims out has as 1: the one kept dim of size
+// > 1 is in's fastest (stride 1), the reduced dims are dense around it. None where not.
+struct ColumnShape {
+  int64_t M = 0, C = 0;
+  int kept = -1;  // the dim of C
+};
+
+inline std::optional<ColumnShape> column_shape(const View& out, const View& in) {
+  ColumnShape cs;
+  std::vector<int> reduced;
+  for (int d = 0; d < in.dim(); ++d) {
+    if (in.shape[d] == 1) continue;
+    if (out.shape[d] != 1) {
+      if (cs.kept >= 0 || in.strides[d] != 1) return std::nullopt;
+      cs.kept = d;
+    } else {
+      reduced.push_back(d);
+    }
+  }
+  if (cs.kept < 0 || reduced.empty()) return std::nullopt;
+  cs.C = in.shape[cs.kept];
+  // Dense: the reduced dims' strides, smallest first, are C, then each the product before.
+  std::sort(reduced.begin(), reduced.end(), [&](int a, int b) { return in.strides[a] < in.strides[b]; });
+  int64_t next = cs.C;
+  for (int d : reduced) {
+    if (in.strides[d] != next) return std::nullopt;
+    next *= in.shape[d];
+  }
+  cs.M = next / cs.C;
+  return cs;
+}
+
+// Phase 1: thread (p, c) -> the sum of column c over chunk p's rows.
+template <class T>
+struct ChunkColumnSumBody {
+  const T* in;
+  ChannelChunks cc;
+  acc_t<T>* partial;  // (chunks, C)
+  RF_HD void operator()(int64_t i) const {
+    using A = acc_t<T>;
+    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p);
+    const T* col = in + p * cc.chunk * cc.C + c;
+    A s = 0;
+    for (int64_t r = 0; r < rows; ++r) s = s + load(col[r * cc.C]);
+    partial[i] = s;
+  }
+};
+
+// Phase 2: block per column -> its sum (or mean) into out.
+template <class T>
+struct MergeColumnSumBody {
+  T* out;
+  int64_t out_stride;
+  ChannelChunks cc;
+  const acc_t<T>* partial;
+  bool mean;
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t c) const {
+    using A = acc_t<T>;
+    A s = block.reduce(cc.chunks, A(0), [&](int64_t p) { return partial[p * cc.C + c]; },
+                       [](A x, A y) { return x + y; });
+    if constexpr (is_float_v<A>)
+      if (mean) s = s / static_cast<A>(cc.M);
+    block.for_each(1, [&](int64_t) { out[c * out_stride] = store<T>(s); });
+  }
+};
+
+template <class Exec>
+void column_sum(const Exec& exec, const View& out, const View& in, const ColumnShape& cs, bool mean) {
+  visit_dtype(in.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const ChannelChunks cc = channel_chunks(cs.M, cs.C);
+    Scratch<Exec, A> scratch;
+    A* partial = scratch.take(cc.chunks * cs.C);
+    exec.elementwise(cc.chunks * cs.C, ChunkColumnSumBody<T>{in.ptr<const T>(), cc, partial});
+    exec.rows(cs.C, MergeColumnSumBody<T>{out.ptr<T>(), out.strides[cs.kept], cc, partial, mean});
+  });
+}
+
 template <class Exec>
 void reduce(const Exec& exec, ReduceOp op, const View& out, const View& in) {
   const char* name = "reduce";
@@ -97,6 +191,8 @@ void reduce(const Exec& exec, ReduceOp op, const View& out, const View& in) {
   if (op == ReduceOp::max || op == ReduceOp::min || op == ReduceOp::argmax)
     check(count > 0, name, "max/min/argmax of an empty tensor");
   if (out.numel() == 0) return;
+  if (op == ReduceOp::sum || op == ReduceOp::mean)
+    if (const auto cs = column_shape(out, in)) return column_sum(exec, out, in, *cs, op == ReduceOp::mean);
 
   const Indexer<2> rows = make_indexer<2>({&out, &kept}, name);
   const Indexer<1> positions = make_indexer<1>({&reduced}, name, /*keep_order=*/true);
