@@ -419,7 +419,7 @@ inline bool sweep_batch_norm_relu(const Backend& k, const std::vector<DType>& dt
   int failed = 0, cases = 0;
   const double eps = 1e-5;
   for (DType dt : dtypes) {
-    for (const Shape& shape : {Shape{3, 16, 5, 7}, Shape{2, 17, 1, 1}, Shape{4, 3, 6, 5}, Shape{5, 8}}) {
+    for (const Shape& shape : {Shape{3, 16, 5, 7}, Shape{2, 17, 1, 1}, Shape{4, 3, 6, 5}, Shape{2, 5, 4, 8}, Shape{5, 8}}) {
       for (Layout lay : {Layout::nchw, Layout::nhwc}) {
         for (int residual = 0; residual < 3; ++residual) {  // none, x's layout, the other layout
           const int64_t C = shape[1];

@@ -1,8 +1,9 @@
 // Training batch norm on cuDNN (the legacy cudnnBatchNormalization* API, spatial mode), as
-// PyTorch does for 4-D CUDA tensors: the own kernels of kernels/simt/batch_norm.h give each
-// channel one block, which leaves most of a large GPU idle on the early, wide layers. cuDNN
-// takes 4-D x whose operands share one dense layout, with dense statistics and affine
-// parameters in f32 (f64 for f64 x); everything else stays on the own kernels.
+// PyTorch does for 4-D CUDA tensors, or on the own kernels of kernels/simt/batch_norm.h,
+// whichever was faster on the first call of each shape and layout (Note [Batch norm on
+// channels-last]). cuDNN takes 4-D x whose operands share one dense layout, with dense
+// statistics and affine parameters in f32 (f64 for f64 x); everything else stays on the own
+// kernels.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // the legacy batch norm API of cuDNN 9
 
@@ -89,6 +90,9 @@ struct ParamDesc {
 // there, and cuDNN documents that it may overflow into NaN without an error. Each way writes
 // only its outputs, so a run can be repeated; not while a CUDA graph is being captured (the
 // warm-up's choice serves it, else spatial) or when an output aliases an input.
+// Contiguous NCHW operands time spatial against the own kernels too (their planes path, one
+// block per (n, c) plane): cuDNN's spatial kernels plus the separate relu pass took 75 of the
+// 273 ms of ResNet-50's f32 step on an H100 (2026-11-27, docs/cuda.md).
 // cudnn_batch_norm_choices() lists the times.
 enum class Way { spatial, via_nchw, own };
 
@@ -115,6 +119,7 @@ struct NchwCopy {
 
 struct WayKey {
   std::string op;  // and the layouts of operands other than x, where they may differ
+  bool nhwc;
   int device;
   Shape shape;
   DType dtype;
@@ -134,24 +139,28 @@ WayCache& way_cache() {
 // This thread's work goes to a CUDA graph's capture (compute_stream, cuda_kernels.h).
 bool capturing() { return compute_stream() != cudaStreamLegacy; }
 
-// The way for x's shape: spatial for NCHW; for channels-last the cached choice, or, on a
-// miss, each way run by `run` (false where cuDNN refuses it) and timed, the fastest kept.
+// The way for x's shape and layout (contiguous NCHW or channels-last; else spatial): the
+// cached choice, or, on a miss, each way run by `run` (false where cuDNN refuses it) and
+// timed, the fastest kept.
 template <class Run>
 Way choose_way(const char* op, const View& x, bool may_repeat, const Run& run) {
-  if (!x.is_channels_last() || x.is_contiguous()) return Way::spatial;
+  const bool nchw = x.is_contiguous();
+  if (!nchw && !x.is_channels_last()) return Way::spatial;
   int device = 0;
   RF_CHECK_CUDA(cudaGetDevice(&device));
-  const WayKey key{op, device, x.shape, x.dtype};
+  const WayKey key{op, !nchw, device, x.shape, x.dtype};
   WayCache& cache = way_cache();
   {
     std::lock_guard lock(cache.mutex);
     if (const auto it = cache.chosen.find(key); it != cache.chosen.end()) return it->second;
   }
   if (!may_repeat || capturing()) return Way::spatial;  // untimed: the way that always served
-  std::string line = std::string(op) + " " + dtype_name(x.dtype) + " x " + shape_str(x.shape) + " nhwc:";
+  std::string line =
+      std::string(op) + " " + dtype_name(x.dtype) + " x " + shape_str(x.shape) + (nchw ? " nchw:" : " nhwc:");
   Way best = Way::spatial;
   float best_ms = -1;
   for (const Way w : {Way::spatial, Way::via_nchw, Way::own}) {
+    if (nchw && w == Way::via_nchw) continue;  // it is NCHW already
     bool ok = true;
     float ms = 0;
     try {

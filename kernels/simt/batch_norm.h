@@ -1,7 +1,8 @@
 // Batch normalization per channel (dim 1) of a 4-D x (N, C, H, W) or a 2-D x (N, C). Training
-// and backward run one block per channel (two-pass statistics: mean, then the biased variance
-// of the deviations), or, where the channels are innermost in memory, three coalesced launches
-// (Note [Batch norm with channels innermost]); eval is elementwise. Statistics and sums in float (double for f64);
+// and backward run three coalesced launches where every operand is dense with the channels
+// innermost or contiguous NCHW (Note [Batch norm with channels innermost]), else one block per
+// channel (two-pass statistics: mean, then the biased variance of the deviations); eval is
+// elementwise. Statistics and sums in float (double for f64);
 // gamma, beta, mean and var may be of any floating dtype (f32 with 16-bit activations).
 // The same bodies run the fused forms, y = relu(bn(x) + residual) and its backward (the
 // relu's mask read from y, dresidual written beside dx), and the running statistics'
@@ -209,9 +210,48 @@ struct AddReluBody {
 // deviations) into mean and var, and into per-channel coefficients in a workspace; (3) the
 // elementwise pass with those coefficients, 16 bytes per access where C and the pointers
 // allow. Backward the same with the sums of dz and dz * (x - mean), dz being dy under relu's
-// mask.
+// mask. Contiguous NCHW operands take the same three launches with planes for chunks: phase 1
+// one block per (n, c) plane of H * W contiguous elements (one block per channel left most of
+// a large GPU idle where C is small), phase 3 with the channel constant along a pack.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
+
+// The layout the three launches take for a set of operands (null ones aside).
+enum class Dense { rows, planes, none };
+
+inline Dense dense_layout(std::initializer_list<const View*> operands) {
+  bool rows = true, planes = true;
+  for (const View* v : operands) {
+    if (!v) continue;
+    rows = rows && channels_innermost(*v);
+    planes = planes && v->dim() == 4 && v->is_contiguous() && v->numel() > 0;
+  }
+  return rows ? Dense::rows : planes ? Dense::planes : Dense::none;
+}
+
+// The channel of element i of a dense operand, and its step along the elements of a pack.
+struct ChannelOf {
+  FastDiv C, S;  // S = H * W for planes
+  bool planes;
+  RF_HD int64_t operator()(int64_t i) const { return planes ? C.mod(S.div(i)) : C.mod(i); }
+  RF_HD int64_t step() const { return planes ? 0 : 1; }
+};
+
+// (N, C, S) planes as the chunks of the rows layout: chunk n of channel c is plane (n, c).
+inline ChannelChunks plane_chunks(const View& x) {
+  const int64_t S = x.shape[2] * x.shape[3];
+  return {x.shape[0] * S, x.shape[1], S, x.shape[0]};
+}
+
+inline ChannelOf channel_of(const View& x, Dense layout) {
+  const bool planes = layout == Dense::planes;
+  return {FastDiv(x.shape[1], x.numel()), planes ? FastDiv(x.shape[2] * x.shape[3], x.numel()) : FastDiv(), planes};
+}
+
+// The divisor a pack's length must divide: the channels of a row, the elements of a plane.
+inline int64_t pack_divisor(const View& x, Dense layout) {
+  return layout == Dense::planes ? x.shape[2] * x.shape[3] : x.shape[1];
+}
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
 template <class A>
@@ -247,6 +287,31 @@ struct ChunkMomentsBody {
     }
     mean[i] = mu;
     m2[i] = sq;
+  }
+};
+
+// Phase 1 forward over planes: block per plane r = n * C + c -> its mean and sum of squared
+// deviations (two passes over S contiguous elements; the second one mostly from cache).
+template <class T>
+struct PlaneMomentsBody {
+  const T* x;
+  int64_t S;
+  acc_t<T>* mean;  // (N, C), as the chunks' partials
+  acc_t<T>* m2;
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t r) const {
+    using A = acc_t<T>;
+    const T* plane = x + r * S;
+    const auto plus = [](A a, A b) { return a + b; };
+    const A mu = block.reduce(S, A(0), [&](int64_t k) { return load(plane[k]); }, plus) / static_cast<A>(S);
+    const A sq = block.reduce(S, A(0), [&](int64_t k) {
+      const A d = load(plane[k]) - mu;
+      return d * d;
+    }, plus);
+    block.for_each(1, [&](int64_t) {
+      mean[r] = mu;
+      m2[r] = sq;
+    });
   }
 };
 
@@ -287,8 +352,9 @@ struct MergeMomentsBody {
   }
 };
 
-// Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand (M, C);
-// thread j takes the V elements from j * V on (C a multiple of V: one row, adjacent channels).
+// Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand dense
+// alike; thread j takes the V elements from j * V on (V dividing C for rows: adjacent
+// channels of one row; S for planes: one channel).
 template <class T, int V>
 struct NormalizeRowsBody {
   using P = Pack<T, V>;
@@ -296,15 +362,15 @@ struct NormalizeRowsBody {
   const P* x;
   const P* residual;  // may be null
   NormCoefficients<acc_t<T>> k;
-  FastDiv C;  // the channel of element i: C.mod(i)
+  ChannelOf channel;
   bool relu;
   RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c0 = C.mod(j * V);
+    const int64_t c0 = channel(j * V), step = channel.step();
     const P xs = x[j], rs = residual ? residual[j] : P{};
     P out;
     for (int e = 0; e < V; ++e) {
-      const int64_t c = c0 + e;
+      const int64_t c = c0 + e * step;
       A v = (load(xs.e[e]) - k.center[c]) * k.scale[c] + k.shift[c];
       if (residual) v = v + load(rs.e[e]);
       out.e[e] = store<T>(relu && !(v > A(0)) ? A(0) : v);
@@ -313,11 +379,11 @@ struct NormalizeRowsBody {
   }
 };
 
-// launch(std::integral_constant<int, V>{}): V = kPack<T> where C and every pointer given
-// allow packs of it (null pointers aside), else 1.
+// launch(std::integral_constant<int, V>{}): V = kPack<T> where `divisor` (pack_divisor) and
+// every pointer given allow packs of it (null pointers aside), else 1.
 template <class T, class Launch>
-void with_pack(int64_t C, std::initializer_list<const void*> pointers, const Launch& launch) {
-  bool packs = C % kPack<T> == 0;
+void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
+  bool packs = divisor % kPack<T> == 0;
   for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
   if (packs) launch(std::integral_constant<int, kPack<T>>{});
   else launch(std::integral_constant<int, 1>{});
@@ -373,6 +439,36 @@ struct SumPair {
   A a = 0, b = 0;
 };
 
+// Phase 1 backward over planes: block per plane r = n * C + c -> its sums of dz and
+// dz * (x - mean).
+template <class T>
+struct PlaneGradSumsBody {
+  const T* dy;
+  const T* x;
+  const T* y;  // may be null
+  int64_t C, S;
+  ChannelVector mean;
+  acc_t<T>* sum_dz;  // (N, C), as the chunks' partials
+  acc_t<T>* sum_dz_xmu;
+  template <class Block>
+  RF_HD void operator()(const Block& block, int64_t r) const {
+    using A = acc_t<T>;
+    const int64_t first = r * S;
+    const A mu = static_cast<A>(mean.get(r % C, 0.0));
+    const SumPair<A> s = block.reduce(
+        S, SumPair<A>{},
+        [&](int64_t k) {
+          const A g = masked_dy(dy, y, first + k);
+          return SumPair<A>{g, g * (load(x[first + k]) - mu)};
+        },
+        [](const SumPair<A>& u, const SumPair<A>& v) { return SumPair<A>{u.a + v.a, u.b + v.b}; });
+    block.for_each(1, [&](int64_t) {
+      sum_dz[r] = s.a;
+      sum_dz_xmu[r] = s.b;
+    });
+  }
+};
+
 // Phase 2 backward: block per channel -> dgamma, dbeta and the coefficients of dx.
 template <class T>
 struct MergeGradSumsBody {
@@ -401,8 +497,8 @@ struct MergeGradSumsBody {
   }
 };
 
-// Phase 3 backward: dx, and dresidual = dz where asked for; every operand (M, C), V elements
-// per thread as in the forward.
+// Phase 3 backward: dx, and dresidual = dz where asked for; every operand dense alike, V
+// elements per thread as in the forward.
 template <class T, int V>
 struct GradRowsBody {
   using P = Pack<T, V>;
@@ -412,14 +508,14 @@ struct GradRowsBody {
   const P* x;
   const P* y;  // may be null
   GradCoefficients<acc_t<T>> k;
-  FastDiv C;  // the channel of element i: C.mod(i)
+  ChannelOf channel;
   RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c0 = C.mod(j * V);
+    const int64_t c0 = channel(j * V), step = channel.step();
     const P dys = dy[j], xs = x[j], ys = y ? y[j] : P{};
     P dxs, dzs;
     for (int e = 0; e < V; ++e) {
-      const int64_t c = c0 + e;
+      const int64_t c = c0 + e * step;
       const A g = masked(load(dys.e[e]), y != nullptr, load(ys.e[e]));
       dxs.e[e] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(xs.e[e]) - k.center[c]) * k.xmu[c]));
       dzs.e[e] = store<T>(g);
@@ -460,24 +556,28 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
   const ChannelVector m = channel_vector(&mean, C, op, "mean"), v = channel_vector(&var, C, op, "var");
   const ChannelVector g = channel_vector(gamma, C, op, "gamma"), b = channel_vector(beta, C, op, "beta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
-  if (channels_innermost(x) && channels_innermost(y) && (!residual || channels_innermost(*residual)))
+  if (const Dense layout = dense_layout({&y, &x, residual}); layout != Dense::none)
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      const ChannelChunks cc = channel_chunks(count, C);
+      const bool planes = layout == Dense::planes;
+      const ChannelChunks cc = planes ? plane_chunks(x) : channel_chunks(count, C);
       Scratch<Exec, A> scratch;
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
-      exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
+      if (planes)
+        exec.rows(cc.chunks * C, PlaneMomentsBody<T>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+      else
+        exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       const T* r = residual ? residual->ptr<const T>() : nullptr;
-      with_pack<T>(C, {y.data, x.data, r}, [&](auto pack) {
+      with_pack<T>(pack_divisor(x, layout), {y.data, x.data, r}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, NormalizeRowsBody<T, V>{static_cast<P*>(y.data), static_cast<const P*>(x.data),
                                                                 reinterpret_cast<const P*>(r), k,
-                                                                FastDiv(C, x.numel()), relu});
+                                                                channel_of(x, layout), relu});
       });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
@@ -527,29 +627,32 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
   const ChannelVector g = channel_vector(gamma, C, op, "gamma");
   const ChannelVector dg = channel_vector(dgamma, C, op, "dgamma"), db = channel_vector(dbeta, C, op, "dbeta");
   const int64_t count = C == 0 ? 0 : x.numel() / C;
-  bool innermost = true;
-  for (const View* o : {&dx, &dy, &x, y, dresidual}) innermost = innermost && (!o || channels_innermost(*o));
-  if (innermost)
+  if (const Dense layout = dense_layout({&dx, &dy, &x, y, dresidual}); layout != Dense::none)
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      const ChannelChunks cc = channel_chunks(count, C);
+      const bool planes = layout == Dense::planes;
+      const ChannelChunks cc = planes ? plane_chunks(x) : channel_chunks(count, C);
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
       const T* yp = y ? y->ptr<const T>() : nullptr;
-      exec.elementwise(cc.chunks * C,
-                       ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
+      if (planes)
+        exec.rows(cc.chunks * C, PlaneGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
+                                                      sum_dz, sum_dz_xmu});
+      else
+        exec.elementwise(cc.chunks * C,
+                         ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
-      with_pack<T>(C, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
+      with_pack<T>(pack_divisor(x, layout), {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, GradRowsBody<T, V>{static_cast<P*>(dx.data), reinterpret_cast<P*>(dr),
                                                            static_cast<const P*>(dy.data),
                                                            static_cast<const P*>(x.data),
-                                                           reinterpret_cast<const P*>(yp), k, FastDiv(C, x.numel())});
+                                                           reinterpret_cast<const P*>(yp), k, channel_of(x, layout)});
       });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
