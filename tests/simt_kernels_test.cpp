@@ -1,7 +1,8 @@
 // The CUDA backend's own kernels (kernels/simt/), run on the CPU by HostExec over the launch
 // grids the GPU would use, against reference_backend(): the sweeps cpu_kernels_test runs on
 // the CPU table (direct convolutions, pooling, batch norm, softmax, elementwise, copy,
-// reductions, fused optimizer steps) in f32, f64, f16 and bf16; the ops only this table has
+// reductions, fused optimizer steps) in f32, f64, f16 and bf16; which views take the column
+// sums and batch norm's three launches; the ops only this table has
 // (argmax, gather, scatter_add, adaptive pooling, integer ops); grids larger than one launch
 // (grid-stride loops); rows longer than a block. And the CUDA table itself: no entry the
 // models use is missing. No GPU needed.
@@ -18,6 +19,7 @@
 #include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/kernels/simt/host_exec.h"
+#include "ringflow/kernels/simt/reduce.h"
 #include "ringflow/kernels/simt/simt.h"
 #include "ringflow/tests/kernel_sweep.h"
 
@@ -169,6 +171,94 @@ TEST_CASE("integer elementwise ops and reductions are exact") {
     Buf o = make({3, 17, 5, 7}, DType::f32);
     CHECK_THROWS_WITH(simt().unary(UnaryOp::exp, o.v, a.v), doctest::Contains("dtype mismatch"));
   }
+}
+
+// Note [Column sums] in kernels/simt/reduce.h: which views take the two launches, and their
+// results on views the sweep does not make (permuted, expanded, overlapping, integer, a
+// strided out, an empty reduced dim, many chunks).
+TEST_CASE("column sums: the views that read along the rows, and their results") {
+  const auto shape_of = [](const Shape& shape, const Shape& strides, const Shape& out_shape) {
+    Buf in = make_strided(shape, strides, DType::f32), out = make(out_shape, DType::f32);
+    return simt::column_shape(out.v, in.v);
+  };
+  const auto nhwc = shape_of({8, 16, 5, 3}, layout_strides({8, 16, 5, 3}, Layout::nhwc), {1, 16, 1, 1});
+  REQUIRE(nhwc);  // a channels-last bias gradient
+  CHECK(nhwc->M == 8 * 5 * 3);
+  CHECK(nhwc->C == 16);
+  CHECK(nhwc->kept == 1);
+  CHECK(shape_of({37, 9}, {9, 1}, {1, 9}));                       // a linear layer's bias gradient
+  CHECK(shape_of({4, 5, 6}, {6, 24, 1}, {1, 1, 6}));               // permuted, dense
+  CHECK_FALSE(shape_of({8, 16, 5, 3}, contiguous_strides({8, 16, 5, 3}), {1, 16, 1, 1}));  // NCHW
+  CHECK_FALSE(shape_of({5, 4}, {0, 1}, {1, 4}));                  // expanded
+  CHECK_FALSE(shape_of({4, 4}, {1, 1}, {1, 4}));                  // overlapping
+  CHECK_FALSE(shape_of({4, 5, 6}, {30, 6, 1}, {1, 5, 6}));        // two kept dims
+
+  std::mt19937 rng(77);
+  const auto both = [&](ReduceOp op, const Buf& in, const Buf& out, const std::string& name) {
+    Buf want = make(out.v.shape, out.v.dtype);
+    simt().reduce(op, out.v, in.v);
+    ref().reduce(op, want.v, in.v);
+    const bool exact = !is_floating(in.v.dtype);
+    return close(out.v, want.v, exact ? 0 : 1e-5, exact ? 0 : 1e-4, name);
+  };
+  for (const auto& [shape, strides] : std::vector<std::pair<Shape, Shape>>{
+           {{4, 5, 6}, {6, 24, 1}}, {{5, 4}, {0, 1}}, {{4, 4}, {1, 1}}, {{300000, 16}, {16, 1}}}) {
+    Buf in = make_strided(shape, strides, DType::f32);
+    randomize(in.v, rng);
+    Shape os(shape.size(), 1);
+    os.back() = shape.back();
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
+      CHECK(both(op, in, make(os, DType::f32), std::string(reduce_op_name(op)) + " " + shape_str(shape)));
+  }
+  for (DType dt : {DType::i32, DType::i64})
+    CHECK(both(ReduceOp::sum, random({37, 9}, dt, Layout::nchw, rng, -100, 100), make({1, 9}, dt),
+               std::string("sum ") + dtype_name(dt)));
+  CHECK(both(ReduceOp::sum, random({3, 6}, DType::f32, Layout::nchw, rng), make_strided({1, 6}, {100, 3}, DType::f32),
+             "a strided out"));
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean})
+    CHECK(both(op, make({0, 4}, DType::f32), make({1, 4}, DType::f32), "an empty reduced dim"));
+}
+
+// Note [Batch norm with channels innermost]: which operands take the three launches, and the
+// planes path past one grid of rows (N * C > 65535) and at a pointer off the packs' alignment.
+TEST_CASE("batch norm: rows, planes, and planes past one grid and off alignment") {
+  const Buf nchw = make({2, 3, 4, 8}, DType::f32), nhwc = make({2, 3, 4, 8}, DType::f32, Layout::nhwc);
+  const Buf one_pixel = make({2, 3, 1, 1}, DType::f32);
+  CHECK(simt::dense_layout({&nchw.v, &nchw.v}) == simt::Dense::planes);
+  CHECK(simt::dense_layout({&nhwc.v, nullptr}) == simt::Dense::rows);
+  CHECK(simt::dense_layout({&one_pixel.v}) == simt::Dense::rows);
+  CHECK(simt::dense_layout({&nchw.v, &nhwc.v}) == simt::Dense::none);
+
+  std::mt19937 rng(5);
+  const double eps = 1e-5;
+  const auto check_bn = [&](const Shape& shape, DType dt, int misalign) {
+    const int64_t C = shape[1];
+    const auto operand = [&] {
+      Buf b = make(shape, dt);
+      b.v.data = static_cast<unsigned char*>(b.v.data) + misalign * dtype_size(dt);
+      randomize(b.v, rng);
+      return b;
+    };
+    Buf x = operand(), dy = operand(), r = operand(), y1 = operand(), y2 = operand(), dx1 = operand(),
+        dx2 = operand(), dr1 = operand(), dr2 = operand();
+    Buf g = random({C}, DType::f32, Layout::nchw, rng, 0.5, 1.5), b = random({C}, DType::f32, Layout::nchw, rng);
+    Buf m1 = make({C}, DType::f32), m2 = like(m1), v1 = like(m1), v2 = like(m1);
+    Buf dg1 = make({C}, DType::f32), dg2 = like(dg1), db1 = like(dg1), db2 = like(dg1);
+    const double terms = double(x.v.numel() / C);
+    const std::string name = shape_str(shape) + " " + dtype_name(dt) + " off by " + std::to_string(misalign);
+    simt().batch_norm_relu_forward_train(y1.v, m1.v, v1.v, x.v, &g.v, &b.v, &r.v, eps);
+    ref().batch_norm_relu_forward_train(y2.v, m2.v, v2.v, x.v, &g.v, &b.v, &r.v, eps);
+    bool ok = close(y1.v, y2.v, rtol_of(dt), atol_of(dt, terms) * 10, "y " + name);
+    ok &= close(m1.v, m2.v, 1e-4, 1e-5, "mean " + name) && close(v1.v, v2.v, 1e-4, 1e-5, "var " + name);
+    simt().batch_norm_relu_backward(dx1.v, &dr1.v, &dg1.v, &db1.v, dy.v, y2.v, x.v, m2.v, v2.v, &g.v, eps);
+    ref().batch_norm_relu_backward(dx2.v, &dr2.v, &dg2.v, &db2.v, dy.v, y2.v, x.v, m2.v, v2.v, &g.v, eps);
+    ok &= close(dx1.v, dx2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 100, "dx " + name);
+    ok &= close(dr1.v, dr2.v, 0, 0, "dresidual " + name);
+    ok &= close(dg1.v, dg2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "dgamma " + name);
+    return ok && close(db1.v, db2.v, rtol_of(dt) * 10, atol_of(dt, terms) * 10, "dbeta " + name);
+  };
+  CHECK(check_bn({300, 256, 1, 2}, DType::f32, 0));  // 76800 planes
+  for (DType dt : {DType::f32, DType::bf16}) CHECK(check_bn({2, 3, 4, 8}, dt, 1));
 }
 
 TEST_CASE("argmax, max and min along each dim, with ties, -inf and NaN") {
