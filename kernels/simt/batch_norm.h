@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
-#include <vector>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/simt/check.h"
