@@ -236,20 +236,20 @@ struct ChannelOf {
   RF_HD int64_t step() const { return planes ? 0 : 1; }
 };
 
-// (N, C, S) planes as the chunks of the rows layout: chunk n of channel c is plane (n, c).
-inline ChannelChunks plane_chunks(const View& x) {
+// How the three launches walk a dense x: the chunks of phases 1 and 2 (for planes, chunk n
+// of channel c is plane (n, c)), the channel of an element in phase 3, and what a pack's
+// length must divide (the channels of a row, the elements of a plane).
+struct DenseWalk {
+  ChannelChunks chunks;
+  ChannelOf channel;
+  int64_t pack_divisor;
+};
+
+inline DenseWalk dense_walk(const View& x, Dense layout) {
+  const int64_t C = x.shape[1], n = x.numel(), count = C == 0 ? 0 : n / C;
+  if (layout == Dense::rows) return {channel_chunks(count, C), {FastDiv(C, n), FastDiv(), false}, C};
   const int64_t S = x.shape[2] * x.shape[3];
-  return {x.shape[0] * S, x.shape[1], S, x.shape[0]};
-}
-
-inline ChannelOf channel_of(const View& x, Dense layout) {
-  const bool planes = layout == Dense::planes;
-  return {FastDiv(x.shape[1], x.numel()), planes ? FastDiv(x.shape[2] * x.shape[3], x.numel()) : FastDiv(), planes};
-}
-
-// The divisor a pack's length must divide: the channels of a row, the elements of a plane.
-inline int64_t pack_divisor(const View& x, Dense layout) {
-  return layout == Dense::planes ? x.shape[2] * x.shape[3] : x.shape[1];
+  return {{count, C, S, x.shape[0]}, {FastDiv(C, n), FastDiv(S, n), true}, S};
 }
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
@@ -378,7 +378,7 @@ struct NormalizeRowsBody {
   }
 };
 
-// launch(std::integral_constant<int, V>{}): V = kPack<T> where `divisor` (pack_divisor) and
+// launch(std::integral_constant<int, V>{}): V = kPack<T> where `divisor` (a DenseWalk's) and
 // every pointer given allow packs of it (null pointers aside), else 1.
 template <class T, class Launch>
 void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
@@ -559,24 +559,24 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      const bool planes = layout == Dense::planes;
-      const ChannelChunks cc = planes ? plane_chunks(x) : channel_chunks(count, C);
+      const DenseWalk walk = dense_walk(x, layout);
+      const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
-      if (planes)
+      if (walk.channel.planes)
         exec.rows(cc.chunks * C, PlaneMomentsBody<T>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
       else
         exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       const T* r = residual ? residual->ptr<const T>() : nullptr;
-      with_pack<T>(pack_divisor(x, layout), {y.data, x.data, r}, [&](auto pack) {
+      with_pack<T>(walk.pack_divisor, {y.data, x.data, r}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, NormalizeRowsBody<T, V>{static_cast<P*>(y.data), static_cast<const P*>(x.data),
                                                                 reinterpret_cast<const P*>(r), k,
-                                                                channel_of(x, layout), relu});
+                                                                walk.channel, relu});
       });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
@@ -630,14 +630,14 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      const bool planes = layout == Dense::planes;
-      const ChannelChunks cc = planes ? plane_chunks(x) : channel_chunks(count, C);
+      const DenseWalk walk = dense_walk(x, layout);
+      const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
       const T* yp = y ? y->ptr<const T>() : nullptr;
-      if (planes)
+      if (walk.channel.planes)
         exec.rows(cc.chunks * C, PlaneGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
                                                       sum_dz, sum_dz_xmu});
       else
@@ -645,13 +645,13 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
                          ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
-      with_pack<T>(pack_divisor(x, layout), {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
+      with_pack<T>(walk.pack_divisor, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, GradRowsBody<T, V>{static_cast<P*>(dx.data), reinterpret_cast<P*>(dr),
                                                            static_cast<const P*>(dy.data),
                                                            static_cast<const P*>(x.data),
-                                                           reinterpret_cast<const P*>(yp), k, channel_of(x, layout)});
+                                                           reinterpret_cast<const P*>(yp), k, walk.channel});
       });
     });
   visit_floating(x.dtype, op, [&](auto tag) {
