@@ -1,7 +1,7 @@
 // The CUDA table's convolutions (cuDNN, kernels/cuda/cudnn_conv.cpp) against the reference
 // kernels on what tests/cuda_test.cpp's dense sweep leaves out: f64, views cuDNN cannot
 // describe (slices, broadcasts, transposed filters, strided bias/db), a null db, f32 kept
-// off TF32 in every direction, and the argument errors. Every operand lives in a buffer
+// off TF32 in every direction, 1x1 convolutions as cuBLAS GEMMs, and the argument errors. Every operand lives in a buffer
 // whose gaps hold a sentinel: the comparison covers the whole buffer, so a write outside
 // the view fails too. Device cases are skipped without a GPU (tests/cuda_skip.h); the error
 // case runs wherever CUDA is built, since the checks come before any CUDA call.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/conv1x1_gemm.h"
 #include "ringflow/kernels/reference/strided.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/tests/cuda_skip.h"
@@ -310,6 +311,51 @@ TEST_CASE("cuDNN f32 conv stays off TF32 unless allowed, in all three directions
   Tf32Scope scope(false);
   run_all(bad);
   CHECK(bad[0] + bad[1] + bad[2] == 0);
+}
+
+// What the search runs when the GEMM of a 1x1 convolution wins (Note [1x1 convolutions as
+// GEMMs]): cuBLAS on conv1x1_matmul's views, whichever candidate this GPU would choose.
+TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts" * doctest::skip(kNoDevice)) {
+  using cuda::ConvDirection;
+  const Backend& cuda = *cuda_backend();
+  const Backend& ref = reference_backend();
+  const Conv2dParams p;
+  const Shape xs = {3, 24, 5, 7}, ws = {40, 24, 1, 1}, ys = {3, 40, 5, 7};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    for (const Act layout : {Act::nchw, Act::nhwc}) {
+      const bool nhwc = layout == Act::nhwc;
+      for (const ConvDirection d :
+           {ConvDirection::forward, ConvDirection::backward_data, ConvDirection::backward_filter}) {
+        CAPTURE(std::string(dtype_name(dt)));
+        CAPTURE(std::string(act_name(layout)));
+        CAPTURE(static_cast<int>(d));
+        const bool reads_x = d != ConvDirection::backward_data, reads_w = d != ConvDirection::backward_filter;
+        Operand x(dt, xs, act_strides(xs, layout), reads_x ? 3 : -1);
+        Operand w(dt, ws, filt_strides(ws, Filt::kcrs), reads_w ? 5 : -1);
+        Operand y(dt, ys, act_strides(ys, layout), d == ConvDirection::forward ? -1 : 11);
+        const auto m = cuda::conv1x1_matmul(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc);
+        if (!m) {
+          CHECK((d == ConvDirection::backward_filter && !nhwc));
+          continue;
+        }
+        cuda.matmul(m->out, m->a, m->b);
+        switch (d) {
+          case ConvDirection::forward:
+            ref.conv2d_forward(y.on_host(), x.on_host(), w.on_host(), nullptr, p);
+            CHECK(rel_error(y) <= tolerance(dt));
+            break;
+          case ConvDirection::backward_data:
+            ref.conv2d_backward_data(x.on_host(), y.on_host(), w.on_host(), p);
+            CHECK(rel_error(x) <= tolerance(dt));
+            break;
+          case ConvDirection::backward_filter:
+            ref.conv2d_backward_weights(w.on_host(), nullptr, y.on_host(), x.on_host(), p);
+            CHECK(rel_error(w) <= tolerance(dt));
+            break;
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("cuDNN conv argument errors throw std::invalid_argument naming the op and shapes") {

@@ -2,13 +2,15 @@
 // what the cuBLAS matmul runs), checked on the host: a naive column-major strided-batched
 // GEMM that reads its arguments as cuBLAS does executes each plan, and the result must match
 // the reference backend over layouts (row-major, transposed, padded, broadcast batch, size-1
-// dims). Needs no GPU, and no CUDA in the build.
+// dims); so must 1x1 convolutions as GEMMs (kernels/cuda/conv1x1_gemm.h) against the
+// reference convolution. Needs no GPU, and no CUDA in the build.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
 #include "ringflow/kernels/backend.h"
+#include "ringflow/kernels/cuda/conv1x1_gemm.h"
 #include "ringflow/kernels/cuda/gemm_plan.h"
 
 using namespace ringflow;
@@ -182,4 +184,88 @@ TEST_CASE("the bias epilogue on a linear layer's plan matches the reference matm
       CHECK(bad == 0);
     }
   }
+}
+
+// Note [1x1 convolutions as GEMMs]: each direction's views, planned and run as cuBLAS would,
+// give the reference convolution's result, in both layouts and with either filter layout.
+TEST_CASE("1x1 convolutions as GEMMs match the reference convolution") {
+  using cuda::ConvDirection;
+  const auto strides = [](const Shape& s, bool nhwc) {
+    return nhwc ? Shape{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]} : contiguous_strides(s);
+  };
+  const int64_t shapes[][5] = {{2, 3, 5, 4, 3}, {1, 1, 1, 1, 1}, {3, 8, 2, 1, 1}, {2, 1, 4, 2, 5}, {4, 6, 6, 3, 2}};
+  const ConvDirection directions[] = {ConvDirection::forward, ConvDirection::backward_data,
+                                      ConvDirection::backward_filter};
+  const Conv2dParams p;
+  int planned = 0;
+  for (const auto& s : shapes) {
+    const int64_t N = s[0], Cin = s[1], Cout = s[2], H = s[3], W = s[4];
+    const Shape xs = {N, Cin, H, W}, ws = {Cout, Cin, 1, 1}, ys = {N, Cout, H, W};
+    for (const bool nhwc : {false, true}) {
+      for (const bool w_last : {false, true}) {
+        for (const ConvDirection d : directions) {
+          CAPTURE(shape_str(xs));
+          CAPTURE(shape_str(ws));
+          CAPTURE(nhwc);
+          CAPTURE(w_last);
+          CAPTURE(static_cast<int>(d));
+          Operand x(xs, strides(xs, nhwc), 1), w(ws, strides(ws, w_last), -3), y(ys, strides(ys, nhwc), 2);
+          Operand expected_x(xs, strides(xs, nhwc), 0), expected_w(ws, strides(ws, w_last), 0),
+              expected_y(ys, strides(ys, nhwc), 0);
+          const auto m = cuda::conv1x1_matmul(d, x.view, w.view, y.view, p, nhwc);
+          if (d == ConvDirection::backward_filter && !nhwc) {
+            CHECK_FALSE(m.has_value());  // a sum over the images: no strided-batched GEMM
+            continue;
+          }
+          REQUIRE(m.has_value());
+          const auto plan = cuda::plan_gemm(m->out, m->a, m->b);
+          REQUIRE(plan.has_value());
+          ++planned;
+          std::vector<double>* got = nullptr;
+          const std::vector<double>* want = nullptr;
+          switch (d) {
+            case ConvDirection::forward:
+              reference_backend().conv2d_forward(expected_y.view, x.view, w.view, nullptr, p);
+              got = &y.mem, want = &expected_y.mem;
+              break;
+            case ConvDirection::backward_data:  // x is dx, y is dy
+              reference_backend().conv2d_backward_data(expected_x.view, y.view, w.view, p);
+              got = &x.mem, want = &expected_x.mem;
+              break;
+            case ConvDirection::backward_filter:  // w is dw, y is dy
+              reference_backend().conv2d_backward_weights(expected_w.view, nullptr, y.view, x.view, p);
+              got = &w.mem, want = &expected_w.mem;
+              break;
+          }
+          host_gemm(*plan, static_cast<const double*>(m->b.data), static_cast<const double*>(m->a.data),
+                    static_cast<double*>(m->out.data));
+          int64_t bad = 0;
+          for (size_t i = 0; i < got->size(); ++i) bad += (*got)[i] != doctest::Approx((*want)[i]).epsilon(1e-12);
+          CHECK(bad == 0);
+        }
+      }
+    }
+  }
+  CHECK(planned == 5 * 2 * 2 * 3 - 5 * 2);
+}
+
+TEST_CASE("no GEMM for a convolution that is not 1x1 stride 1 unpadded, or not dense in its layout") {
+  using cuda::ConvDirection;
+  Operand x({2, 3, 4, 4}, contiguous_strides({2, 3, 4, 4}), 1), y({2, 5, 4, 4}, contiguous_strides({2, 5, 4, 4}), 2);
+  Operand w1({5, 3, 1, 1}, contiguous_strides({5, 3, 1, 1}), 3), w3({5, 3, 3, 3}, contiguous_strides({5, 3, 3, 3}), 3);
+  Conv2dParams p;
+  CHECK(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, false).has_value());
+  CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, true).has_value());
+  Conv2dParams padded = p;
+  padded.pad_top = padded.pad_bottom = padded.pad_left = padded.pad_right = 1;
+  CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w3.view, y.view, padded, false).has_value());
+  CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, padded, false).has_value());
+  Operand y2({2, 5, 2, 2}, contiguous_strides({2, 5, 2, 2}), 2);
+  Conv2dParams strided = p;
+  strided.stride_h = strided.stride_w = 2;
+  CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y2.view, strided, false).has_value());
+  View sliced = x.view;  // x[..., :3] of the 4 columns
+  sliced.shape[3] = 3;
+  Operand y3({2, 5, 4, 3}, contiguous_strides({2, 5, 4, 3}), 2);
+  CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, sliced, w1.view, y3.view, p, false).has_value());
 }

@@ -1,8 +1,9 @@
 // Convolutions on cuDNN (forward, backward-data, backward-filter, bias) in f32, f64, f16
 // and bf16, f32 accumulation for the 16-bit types. For each shape (with its layout, dtype and
 // alignment) the candidates of cuDNN's graph API (engine configurations its heuristics list,
-// timed here) and of its legacy API (cudnnFind*AlgorithmEx; for f16 and bf16 only where none
-// of the graph API's qualifies: Note [Searching the legacy API]) are measured once, as
+// timed here), of its legacy API (cudnnFind*AlgorithmEx; for f16 and bf16 only where none
+// of the graph API's qualifies: Note [Searching the legacy API]) and, for a 1x1 convolution,
+// cuBLAS's GEMM (Note [1x1 convolutions as GEMMs] in conv1x1_gemm.h) are measured once, as
 // cudnn.benchmark does, and the fastest that qualifies is cached (Note [cuDNN's two
 // convolution APIs] in cudnn_graph.h; Note [Which cuDNN kernels a convolution may take] in
 // cudnn_conv_plan.h); workspaces come from the caching allocator. Views cuDNN cannot
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "ringflow/kernels/cuda/check.h"
+#include "ringflow/kernels/cuda/conv1x1_gemm.h"
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 #include "ringflow/kernels/cuda/cudnn_conv_plan.h"
 #include "ringflow/kernels/cuda/cudnn_descriptors.h"
@@ -162,8 +164,8 @@ struct NoAlgorithm : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What a search found: candidates of both APIs; a graph candidate's index points into
-// plans, a legacy one's into maths (the math type cuDNN measured it with).
+// What a search found: candidates of both APIs and the GEMM; a graph candidate's index points
+// into plans, a legacy one's into maths (the math type cuDNN measured it with).
 struct Candidates {
   std::vector<ConvCandidate> list;
   std::vector<std::shared_ptr<ConvPlan>> plans;
@@ -301,6 +303,20 @@ void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const
   }
 }
 
+// The GEMM of a 1x1 convolution as one more candidate: cuBLAS's sgemm is FMA math unless
+// TF32 is allowed (matmul.cpp reads allow_tf32() as run_conv did), 16-bit GEMMs tensor cores.
+void gemm_find(const ConvMatmul& g, bool tf32, Candidates& out) {
+  ConvCandidate c;
+  c.source = ConvSource::gemm;
+  c.math = g.out.dtype == DType::f32 && !tf32 ? ConvMath::fma : ConvMath::tensor_ops;
+  try {
+    c.time_ms = time_best_of_two([&] { cuda_backend()->matmul(g.out, g.a, g.b); });
+    c.ok = true;
+  } catch (const std::runtime_error&) {
+  }
+  out.list.push_back(c);
+}
+
 // What was chosen for each key, and the lines cudnn_conv_choices() reports.
 struct ChoiceCache {
   std::mutex mutex;
@@ -326,17 +342,16 @@ std::string choice_line(const ConvKey& key, const View& x, const View& w, const 
                      (key.tf32 && key.dtype == DType::f32 ? " tf32" : "") + " x " + shape_str(x.shape) +
                      (nhwc ? " nhwc" : " nchw") + " w " + shape_str(w.shape) + ": ";
   line += c.none ? "none" : describe_candidate(c.candidate);
-  // The best of the other API, where it had one, for comparison.
-  for (const ConvSource other : {ConvSource::legacy, ConvSource::graph}) {
+  // The best of the other sources, where they had one, for comparison.
+  for (const ConvSource other : {ConvSource::legacy, ConvSource::graph, ConvSource::gemm}) {
     if (c.none || other == c.candidate.source) continue;
     std::vector<ConvCandidate> theirs;
     for (const ConvCandidate& k : found.list)
       if (k.source == other) theirs.push_back(k);
     const auto best =
         choose_algorithm(theirs.data(), static_cast<int>(theirs.size()), key.dtype, key.tf32, limit);
-    line += best ? " (best " + std::string(other == ConvSource::graph ? "graph" : "legacy") + ": " +
-                       describe_candidate(*best) + ")"
-                 : "";
+    const char* name = other == ConvSource::graph ? "graph" : other == ConvSource::gemm ? "gemm" : "legacy";
+    line += best ? " (best " + std::string(name) + ": " + describe_candidate(*best) + ")" : "";
   }
   line += "; " + std::to_string(found.list.size()) + " candidates";
   return found.graph_error.empty() ? line : line + "; graph API: " + found.graph_error;
@@ -366,7 +381,7 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   if (best) {
     chosen.candidate = *best;
     if (best->source == ConvSource::graph) chosen.plan = found.plans[static_cast<size_t>(best->index)];
-    else chosen.math = found.maths[static_cast<size_t>(best->index)];
+    else if (best->source == ConvSource::legacy) chosen.math = found.maths[static_cast<size_t>(best->index)];
   } else {
     chosen.none = true;
     chosen.why = describe_candidates(found.list.data(), static_cast<int>(found.list.size()));
@@ -382,7 +397,8 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
 }
 
 // Runs one direction on operands in one layout that cuDNN describes (x, w, y: dx / dw / dy as
-// the direction has them), padded alike on both sides: the candidates of both APIs compete.
+// the direction has them), padded alike on both sides: the candidates of both APIs (and the
+// GEMM of a 1x1 convolution) compete.
 // Throws NoAlgorithm when none qualified.
 void run_conv(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc,
               const char* op) {
@@ -396,14 +412,22 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
     if (!call) call.emplace(x, w, y, pad, p, tf32, nhwc);
     return *call;
   };
+  // f64 (gradient checks, not speed) stays on cuDNN.
+  const std::optional<ConvMatmul> gemm =
+      x.dtype == DType::f64 ? std::nullopt : conv1x1_matmul(d, x, w, y, p, nhwc);
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
     if (search_legacy(key.dtype, tf32, found.list.data(), static_cast<int>(found.list.size()), limit))
       legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
+    if (gemm) gemm_find(*gemm, tf32, found);
   });
   if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +
                       " w " + shape_str(w.shape) + " " + dtype_name(x.dtype) + " (candidates: " + c.why + ")");
+  if (c.candidate.source == ConvSource::gemm) {
+    assert(gemm);  // whether there is one follows from the key
+    return cuda_backend()->matmul(gemm->out, gemm->a, gemm->b);
+  }
   DeviceBuffer workspace(c.candidate.workspace);
   if (c.plan) execute(h, *c.plan, x.data, w.data, y.data, workspace.data());
   else legacy_run(d, h, legacy_call(), c, x, w, y, workspace.data());

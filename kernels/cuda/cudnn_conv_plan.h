@@ -119,9 +119,10 @@ struct ConvKey {
 // tensor cores (TF32 for f32).
 enum class ConvMath { fma, default_math, tensor_ops };
 
-// Where a candidate comes from: the legacy API's algorithms (cudnnFind*AlgorithmEx) or the
-// graph API's engine configurations (heuristics, then timed here).
-enum class ConvSource : uint8_t { legacy, graph };
+// Where a candidate comes from: the legacy API's algorithms (cudnnFind*AlgorithmEx), the
+// graph API's engine configurations (heuristics, then timed here), or a 1x1 convolution as
+// cuBLAS's GEMM (Note [1x1 convolutions as GEMMs] in conv1x1_gemm.h, timed here).
+enum class ConvSource : uint8_t { legacy, graph, gemm };
 
 // One of cuDNN's measured candidates, reduced to what the choice needs.
 struct ConvCandidate {
@@ -245,8 +246,9 @@ inline std::optional<ConvGraphSpec> conv_graph_spec(ConvDirection direction, con
 // One candidate in words: "graph engine 12 tensor-ops 1048576 B 0.412 ms", "algo 1 fma failed".
 inline std::string describe_candidate(const ConvCandidate& c) {
   const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
-  std::string out = c.source == ConvSource::graph ? "graph engine " + std::to_string(c.engine)
-                                                  : "algo " + std::to_string(c.algo);
+  std::string out = c.source == ConvSource::graph  ? "graph engine " + std::to_string(c.engine)
+                    : c.source == ConvSource::gemm ? std::string("cublas gemm")
+                                                   : "algo " + std::to_string(c.algo);
   out += std::string(" ") + math + " ";
   if (!c.ok) return out + "failed";
   char time[32];
