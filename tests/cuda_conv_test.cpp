@@ -314,10 +314,10 @@ TEST_CASE("cuDNN f32 conv stays off TF32 unless allowed, in all three directions
 }
 
 // What the search runs when the GEMM of a 1x1 convolution wins (Note [1x1 convolutions as
-// GEMMs]): cuBLAS on conv1x1_matmul's views, whichever candidate this GPU would choose.
+// GEMMs]), whichever candidate this GPU would choose: cuBLAS on conv1x1_matmul's views, NCHW's
+// filter gradient on channels-last copies.
 TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts" * doctest::skip(kNoDevice)) {
   using cuda::ConvDirection;
-  const Backend& cuda = *cuda_backend();
   const Backend& ref = reference_backend();
   const Conv2dParams p;
   const Shape xs = {3, 24, 5, 7}, ws = {40, 24, 1, 1}, ys = {3, 40, 5, 7};
@@ -333,12 +333,8 @@ TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts"
         Operand x(dt, xs, act_strides(xs, layout), reads_x ? 3 : -1);
         Operand w(dt, ws, filt_strides(ws, Filt::kcrs), reads_w ? 5 : -1);
         Operand y(dt, ys, act_strides(ys, layout), d == ConvDirection::forward ? -1 : 11);
-        const auto m = cuda::conv1x1_matmul(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc);
-        if (!m) {
-          CHECK((d == ConvDirection::backward_filter && !nhwc));
-          continue;
-        }
-        cuda.matmul(m->out, m->a, m->b);
+        REQUIRE(cuda::conv1x1_gemm_applies(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc));
+        cuda::conv1x1_gemm(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc);
         switch (d) {
           case ConvDirection::forward:
             ref.conv2d_forward(y.on_host(), x.on_host(), w.on_host(), nullptr, p);

@@ -213,8 +213,11 @@ TEST_CASE("1x1 convolutions as GEMMs match the reference convolution") {
           Operand expected_x(xs, strides(xs, nhwc), 0), expected_w(ws, strides(ws, w_last), 0),
               expected_y(ys, strides(ys, nhwc), 0);
           const auto m = cuda::conv1x1_matmul(d, x.view, w.view, y.view, p, nhwc);
+          CHECK(cuda::conv1x1_gemm_applies(d, x.view, w.view, y.view, p, nhwc));
           if (d == ConvDirection::backward_filter && !nhwc) {
-            CHECK_FALSE(m.has_value());  // a sum over the images: no strided-batched GEMM
+            // A sum over the images: no strided-batched GEMM; conv1x1_gemm copies x and dy
+            // channels-last, where it is one (the nhwc case of this loop).
+            CHECK_FALSE(m.has_value());
             continue;
           }
           REQUIRE(m.has_value());
@@ -256,6 +259,7 @@ TEST_CASE("no GEMM for a convolution that is not 1x1 stride 1 unpadded, or not d
   Conv2dParams p;
   CHECK(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, false).has_value());
   CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, true).has_value());
+  CHECK_FALSE(cuda::conv1x1_gemm_applies(ConvDirection::backward_filter, x.view, w3.view, y.view, p, false));
   Conv2dParams padded = p;
   padded.pad_top = padded.pad_bottom = padded.pad_left = padded.pad_right = 1;
   CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w3.view, y.view, padded, false).has_value());

@@ -1,15 +1,17 @@
 // A 1x1 convolution with stride 1 and no padding as one batched matmul over its channels, so
-// that cudnn_conv.cpp can time cuBLAS's GEMM beside cuDNN's candidates. Plain C++: a host
-// test (tests/gemm_plan_test.cpp) runs these views through the GEMM plan against the
-// reference convolution, without a GPU.
+// that cudnn_conv.cpp can time cuBLAS's GEMM beside cuDNN's candidates. The views are plain
+// C++: a host test (tests/gemm_plan_test.cpp) runs them through the GEMM plan against the
+// reference convolution, without a GPU; conv1x1_gemm (conv1x1_gemm.cpp) runs them on cuBLAS.
 //
 // Note [1x1 convolutions as GEMMs]: on an H100 ResNet-50's f32 1x1 convolutions took 106 of
 // the step's 186 ms of convolutions at 10-38 TFLOP/s where cuBLAS's sgemm runs at 49
 // (docs/cuda.md), so the GEMM competes with cuDNN per shape and wins only where measured
 // faster. With (N, C, H, W) in memory each image is a (Cout, Cin) @ (Cin, H*W) product, the
 // filter broadcast over the batch: forward and backward-data, while the filter gradient sums
-// over the images, which no strided-batched GEMM does (cuDNN keeps it). Channels-last the
-// whole batch is one (N*H*W, C) matrix, and all three directions are single GEMMs.
+// over the images, which no strided-batched GEMM does. Channels-last the whole batch is one
+// (N*H*W, C) matrix, and all three directions are single GEMMs; so NCHW's filter gradient
+// runs on channels-last copies of x and dy, which move (Cin + Cout) values per pixel where
+// the GEMM does 2 Cin Cout flops: cheap beside cuDNN's 10-26 TFLOP/s on those shapes.
 #pragma once
 
 #include <optional>
@@ -76,5 +78,28 @@ inline std::optional<ConvMatmul> conv1x1_matmul(ConvDirection d, const View& x, 
   }
   return std::nullopt;
 }
+
+// v's shape laid out channels-last, densely (no data).
+inline View channels_last_like(const View& v) {
+  View r = v;
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  r.strides = {H * W * C, 1, W * C, C};
+  r.layout = MemoryLayout::strided;
+  r.data = nullptr;
+  r.derived = nullptr;
+  return r;
+}
+
+// Whether conv1x1_gemm runs direction d: its views exist as the operands are laid out, or,
+// for the filter gradient, on channels-last copies of x and dy.
+inline bool conv1x1_gemm_applies(ConvDirection d, const View& x, const View& w, const View& y,
+                                 const Conv2dParams& p, bool nhwc) {
+  if (conv1x1_matmul(d, x, w, y, p, nhwc)) return true;
+  return d == ConvDirection::backward_filter && x.dim() == 4 && y.dim() == 4 &&
+         conv1x1_matmul(d, channels_last_like(x), w, channels_last_like(y), p, true);
+}
+
+// Runs direction d as cuBLAS's GEMM where conv1x1_gemm_applies (conv1x1_gemm.cpp).
+void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc);
 
 }  // namespace ringflow::cuda

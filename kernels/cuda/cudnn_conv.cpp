@@ -305,12 +305,12 @@ void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const
 
 // The GEMM of a 1x1 convolution as one more candidate: cuBLAS's sgemm is FMA math unless
 // TF32 is allowed (matmul.cpp reads allow_tf32() as run_conv did), 16-bit GEMMs tensor cores.
-void gemm_find(const ConvMatmul& g, bool tf32, Candidates& out) {
+void gemm_find(const std::function<void()>& gemm, DType dtype, bool tf32, Candidates& out) {
   ConvCandidate c;
   c.source = ConvSource::gemm;
-  c.math = g.out.dtype == DType::f32 && !tf32 ? ConvMath::fma : ConvMath::tensor_ops;
+  c.math = dtype == DType::f32 && !tf32 ? ConvMath::fma : ConvMath::tensor_ops;
   try {
-    c.time_ms = time_best_of_two([&] { cuda_backend()->matmul(g.out, g.a, g.b); });
+    c.time_ms = time_best_of_two(gemm);
     c.ok = true;
   } catch (const std::runtime_error&) {
   }
@@ -413,20 +413,20 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
     return *call;
   };
   // f64 (gradient checks, not speed) stays on cuDNN.
-  const std::optional<ConvMatmul> gemm =
-      x.dtype == DType::f64 ? std::nullopt : conv1x1_matmul(d, x, w, y, p, nhwc);
+  const bool has_gemm = x.dtype != DType::f64 && conv1x1_gemm_applies(d, x, w, y, p, nhwc);
+  const auto gemm = [&] { conv1x1_gemm(d, x, w, y, p, nhwc); };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
     if (search_legacy(key.dtype, tf32, found.list.data(), static_cast<int>(found.list.size()), limit))
       legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
-    if (gemm) gemm_find(*gemm, tf32, found);
+    if (has_gemm) gemm_find(gemm, key.dtype, tf32, found);
   });
   if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +
                       " w " + shape_str(w.shape) + " " + dtype_name(x.dtype) + " (candidates: " + c.why + ")");
   if (c.candidate.source == ConvSource::gemm) {
-    assert(gemm);  // whether there is one follows from the key
-    return cuda_backend()->matmul(gemm->out, gemm->a, gemm->b);
+    assert(has_gemm);  // follows from the key
+    return gemm();
   }
   DeviceBuffer workspace(c.candidate.workspace);
   if (c.plan) execute(h, *c.plan, x.data, w.data, y.data, workspace.data());
