@@ -1,6 +1,6 @@
 // Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
 // no CUDA table, no devices (with the reason); cross-device copies, pinned memory and
-// cuda_record_stream throw; the CUDA allocator's statistics are zero; no CUDA library versions.
+// cuda_record_stream (and the 1x1 GEMM of cuda_conv_test) throw; the CUDA allocator's statistics are zero; no CUDA library versions.
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "ringflow/kernels/cuda_graph.h"
 #include "ringflow/kernels/cuda_memory.h"
 #include "ringflow/kernels/cudnn_choices.h"
+#include "ringflow/kernels/cuda/conv1x1_gemm.h"
 
 namespace ringflow {
 namespace {
@@ -100,3 +101,11 @@ void CudaGraph::replay() {}
 bool CudaGraph::captured() const { return false; }
 
 }  // namespace ringflow
+
+namespace ringflow::cuda {
+
+void conv1x1_gemm(ConvDirection, const View&, const View&, const View&, const Conv2dParams&, bool, bool) {
+  throw std::runtime_error(std::string("cuda conv1x1_gemm: ") + kWhy);
+}
+
+}  // namespace ringflow::cuda

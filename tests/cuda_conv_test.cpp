@@ -334,7 +334,7 @@ TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts"
         Operand w(dt, ws, filt_strides(ws, Filt::kcrs), reads_w ? 5 : -1);
         Operand y(dt, ys, act_strides(ys, layout), d == ConvDirection::forward ? -1 : 11);
         REQUIRE(cuda::conv1x1_gemm_applies(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc));
-        cuda::conv1x1_gemm(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc);
+        cuda::conv1x1_gemm(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc, /*tf32=*/false);
         switch (d) {
           case ConvDirection::forward:
             ref.conv2d_forward(y.on_host(), x.on_host(), w.on_host(), nullptr, p);
@@ -349,6 +349,43 @@ TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts"
             CHECK(rel_error(w) <= tolerance(dt));
             break;
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("the 1x1 GEMM route keeps f32 off TF32 unless told, in every direction and layout" *
+          doctest::skip(kNoDevice)) {
+  using cuda::ConvDirection;
+  // As the cuDNN case above: 64 products a * 1 with a = 1 + 2^-13 sum to 64 + 2^-7 in f32 and
+  // to 64 on TF32. Two images of 4 x 8 pixels: the NCHW filter gradient takes the copies.
+  const double a = 1.0 + std::ldexp(1.0, -13), exact = 64 * a;
+  const Backend& cuda = *cuda_backend();
+  const Shape xs = {2, 64, 4, 8}, ws = {64, 64, 1, 1};
+  const Conv2dParams p;
+  for (const bool tf32 : {false, true}) {
+    for (const Act layout : {Act::nchw, Act::nhwc}) {
+      for (const ConvDirection d :
+           {ConvDirection::forward, ConvDirection::backward_data, ConvDirection::backward_filter}) {
+        CAPTURE(tf32);
+        CAPTURE(std::string(act_name(layout)));
+        CAPTURE(static_cast<int>(d));
+        Operand x(DType::f32, xs, act_strides(xs, layout), -1), y(DType::f32, xs, act_strides(xs, layout), -1);
+        Operand w(DType::f32, ws, filt_strides(ws, Filt::kcrs), -1);
+        // forward: y = sum over 64 channels of x (a) * w (1); backward-data: x = sum over 64
+        // filters of y (a) * w (1); backward-filter: w = sum over 64 pixels of y (a) * x (1).
+        Operand& out = d == ConvDirection::forward ? y : d == ConvDirection::backward_data ? x : w;
+        cuda.fill(x.on_device(), d == ConvDirection::forward ? a : 1.0);
+        cuda.fill(y.on_device(), a);
+        cuda.fill(w.on_device(), 1.0);
+        cuda.fill(out.on_device(), 0.0);
+        cuda::conv1x1_gemm(d, x.on_device(), w.on_device(), y.on_device(), p, layout == Act::nhwc, tf32);
+        const std::vector<double> got = out.device_values();
+        // Allowed, either math is fine (cuBLAS may keep a shape on FMA kernels): near 64 only.
+        const double want = tf32 ? 64.0 : exact, tol = tf32 ? std::ldexp(1.0, -6) : 0.0;
+        int64_t bad = 0;
+        for (double v : got) bad += std::fabs(v - want) > tol;
+        CHECK_MESSAGE(bad == 0, bad << " of " << got.size() << " outputs not " << want);
       }
     }
   }

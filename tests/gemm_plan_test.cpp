@@ -6,6 +6,7 @@
 // reference convolution. Needs no GPU, and no CUDA in the build.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -193,63 +194,73 @@ TEST_CASE("1x1 convolutions as GEMMs match the reference convolution") {
   const auto strides = [](const Shape& s, bool nhwc) {
     return nhwc ? Shape{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]} : contiguous_strides(s);
   };
-  const int64_t shapes[][5] = {{2, 3, 5, 4, 3}, {1, 1, 1, 1, 1}, {3, 8, 2, 1, 1}, {2, 1, 4, 2, 5}, {4, 6, 6, 3, 2}};
+  // (N, Cin, Cout, H, W); a 1x1 filter is the same memory in KCRS and KRSC.
+  const int64_t shapes[][5] = {{2, 3, 5, 4, 3}, {1, 1, 1, 1, 1}, {3, 8, 2, 1, 1},
+                               {2, 1, 4, 2, 5}, {4, 6, 6, 3, 2}, {3, 4, 1, 2, 2}, {1, 3, 4, 2, 3}};
   const ConvDirection directions[] = {ConvDirection::forward, ConvDirection::backward_data,
                                       ConvDirection::backward_filter};
   const Conv2dParams p;
-  int planned = 0;
+  int planned = 0, copied = 0;
   for (const auto& s : shapes) {
     const int64_t N = s[0], Cin = s[1], Cout = s[2], H = s[3], W = s[4];
     const Shape xs = {N, Cin, H, W}, ws = {Cout, Cin, 1, 1}, ys = {N, Cout, H, W};
     for (const bool nhwc : {false, true}) {
-      for (const bool w_last : {false, true}) {
-        for (const ConvDirection d : directions) {
-          CAPTURE(shape_str(xs));
-          CAPTURE(shape_str(ws));
-          CAPTURE(nhwc);
-          CAPTURE(w_last);
-          CAPTURE(static_cast<int>(d));
-          Operand x(xs, strides(xs, nhwc), 1), w(ws, strides(ws, w_last), -3), y(ys, strides(ys, nhwc), 2);
-          Operand expected_x(xs, strides(xs, nhwc), 0), expected_w(ws, strides(ws, w_last), 0),
-              expected_y(ys, strides(ys, nhwc), 0);
-          const auto m = cuda::conv1x1_matmul(d, x.view, w.view, y.view, p, nhwc);
-          CHECK(cuda::conv1x1_gemm_applies(d, x.view, w.view, y.view, p, nhwc));
-          if (d == ConvDirection::backward_filter && !nhwc) {
-            // A sum over the images: no strided-batched GEMM; conv1x1_gemm copies x and dy
-            // channels-last, where it is one (the nhwc case of this loop).
-            CHECK_FALSE(m.has_value());
-            continue;
-          }
+      for (const ConvDirection d : directions) {
+        CAPTURE(shape_str(xs));
+        CAPTURE(shape_str(ws));
+        CAPTURE(nhwc);
+        CAPTURE(static_cast<int>(d));
+        Operand x(xs, strides(xs, nhwc), 1), w(ws, contiguous_strides(ws), -3), y(ys, strides(ys, nhwc), 2);
+        Operand expected_x(xs, strides(xs, nhwc), 0), expected_w(ws, contiguous_strides(ws), 0),
+            expected_y(ys, strides(ys, nhwc), 0);
+        CHECK(cuda::conv1x1_gemm_applies(d, x.view, w.view, y.view, p, nhwc));
+        auto m = cuda::conv1x1_matmul(d, x.view, w.view, y.view, p, nhwc);
+        std::optional<Operand> x_last, y_last;
+        if (!m) {
+          // The filter gradient of several NCHW images, no strided-batched GEMM: as
+          // conv1x1_gemm does, on channels-last copies of x and dy.
+          REQUIRE((d == ConvDirection::backward_filter && !nhwc));
+          REQUIRE(cuda::conv1x1_gemm_copies(d, x.view, w.view, y.view, p, nhwc));
+          x_last.emplace(xs, strides(xs, true), 0);
+          y_last.emplace(ys, strides(ys, true), 0);
+          reference_backend().copy(x_last->view, x.view);
+          reference_backend().copy(y_last->view, y.view);
+          m = cuda::conv1x1_matmul(d, x_last->view, w.view, y_last->view, p, true);
           REQUIRE(m.has_value());
-          const auto plan = cuda::plan_gemm(m->out, m->a, m->b);
-          REQUIRE(plan.has_value());
-          ++planned;
-          std::vector<double>* got = nullptr;
-          const std::vector<double>* want = nullptr;
-          switch (d) {
-            case ConvDirection::forward:
-              reference_backend().conv2d_forward(expected_y.view, x.view, w.view, nullptr, p);
-              got = &y.mem, want = &expected_y.mem;
-              break;
-            case ConvDirection::backward_data:  // x is dx, y is dy
-              reference_backend().conv2d_backward_data(expected_x.view, y.view, w.view, p);
-              got = &x.mem, want = &expected_x.mem;
-              break;
-            case ConvDirection::backward_filter:  // w is dw, y is dy
-              reference_backend().conv2d_backward_weights(expected_w.view, nullptr, y.view, x.view, p);
-              got = &w.mem, want = &expected_w.mem;
-              break;
-          }
-          host_gemm(*plan, static_cast<const double*>(m->b.data), static_cast<const double*>(m->a.data),
-                    static_cast<double*>(m->out.data));
-          int64_t bad = 0;
-          for (size_t i = 0; i < got->size(); ++i) bad += (*got)[i] != doctest::Approx((*want)[i]).epsilon(1e-12);
-          CHECK(bad == 0);
+          ++copied;
+        } else {
+          CHECK_FALSE(cuda::conv1x1_gemm_copies(d, x.view, w.view, y.view, p, nhwc));
         }
+        const auto plan = cuda::plan_gemm(m->out, m->a, m->b);
+        REQUIRE(plan.has_value());
+        ++planned;
+        std::vector<double>* got = nullptr;
+        const std::vector<double>* want = nullptr;
+        switch (d) {
+          case ConvDirection::forward:
+            reference_backend().conv2d_forward(expected_y.view, x.view, w.view, nullptr, p);
+            got = &y.mem, want = &expected_y.mem;
+            break;
+          case ConvDirection::backward_data:  // x is dx, y is dy
+            reference_backend().conv2d_backward_data(expected_x.view, y.view, w.view, p);
+            got = &x.mem, want = &expected_x.mem;
+            break;
+          case ConvDirection::backward_filter:  // w is dw, y is dy
+            reference_backend().conv2d_backward_weights(expected_w.view, nullptr, y.view, x.view, p);
+            got = &w.mem, want = &expected_w.mem;
+            break;
+        }
+        host_gemm(*plan, static_cast<const double*>(m->b.data), static_cast<const double*>(m->a.data),
+                  static_cast<double*>(m->out.data));
+        int64_t bad = 0;
+        for (size_t i = 0; i < got->size(); ++i) bad += (*got)[i] != doctest::Approx((*want)[i]).epsilon(1e-12);
+        CHECK(bad == 0);
       }
     }
   }
-  CHECK(planned == 5 * 2 * 2 * 3 - 5 * 2);
+  CHECK(planned == 7 * 2 * 3);
+  // N = 1, and x and dy channels-last as well (H = W = 1), take no copies.
+  CHECK(copied == 4);
 }
 
 TEST_CASE("no GEMM for a convolution that is not 1x1 stride 1 unpadded, or not dense in its layout") {

@@ -1,8 +1,8 @@
 // A 1x1 convolution's GEMM on cuBLAS (Note [1x1 convolutions as GEMMs] in conv1x1_gemm.h).
 #include "ringflow/kernels/cuda/conv1x1_gemm.h"
 
-#include <cassert>
 #include <optional>
+#include <stdexcept>
 
 #include "ringflow/kernels/cuda/cuda_kernels.h"
 
@@ -20,14 +20,17 @@ View channels_last_copy(const View& v, std::optional<DeviceBuffer>& buffer) {
 
 }  // namespace
 
-void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc) {
-  if (const auto m = conv1x1_matmul(d, x, w, y, p, nhwc)) return matmul(m->out, m->a, m->b);
-  // The filter gradient of NCHW operands: one GEMM over the whole batch channels-last.
-  assert(d == ConvDirection::backward_filter);
+void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc,
+                  bool tf32) {
   std::optional<DeviceBuffer> xb, yb;
-  const auto m = conv1x1_matmul(d, channels_last_copy(x, xb), w, channels_last_copy(y, yb), p, true);
-  assert(m);
-  matmul(m->out, m->a, m->b);
+  std::optional<ConvMatmul> m = conv1x1_matmul(d, x, w, y, p, nhwc);
+  // The filter gradient of NCHW images: one GEMM over the whole batch channels-last.
+  if (!m && conv1x1_gemm_copies(d, x, w, y, p, nhwc))
+    m = conv1x1_matmul(d, channels_last_copy(x, xb), w, channels_last_copy(y, yb), p, true);
+  if (!m)
+    throw std::invalid_argument("cuda conv1x1_gemm: x " + shape_str(x.shape) + " w " + shape_str(w.shape) +
+                                " y " + shape_str(y.shape) + " is no 1x1 stride-1 unpadded convolution on dense operands");
+  matmul(m->out, m->a, m->b, tf32);
 }
 
 }  // namespace ringflow::cuda

@@ -42,7 +42,8 @@ inline View view3(const View& v, int64_t batch, int64_t rows, int64_t cols, int6
 // The matmul of direction d (x, w, y: dx / dw / dy as the direction has them, as run_conv
 // takes them), or nullopt where the convolution is no plain GEMM: a filter larger than 1x1,
 // a stride, padding, an activation not dense in the call's layout (nhwc), or the filter
-// gradient with (N, C, H, W) in memory. Any dtype: which ones take it is the caller's choice.
+// gradient of more than one image with (N, C, H, W) in memory (but where x and dy are
+// channels-last as well: C = 1 or H = W = 1). Any dtype: which ones take it is the caller's.
 inline std::optional<ConvMatmul> conv1x1_matmul(ConvDirection d, const View& x, const View& w, const View& y,
                                                 const Conv2dParams& p, bool nhwc) {
   using detail::view3;
@@ -50,12 +51,14 @@ inline std::optional<ConvMatmul> conv1x1_matmul(ConvDirection d, const View& x, 
   if (w.shape[2] != 1 || w.shape[3] != 1 || p.stride_h != 1 || p.stride_w != 1 || p.pad_top || p.pad_bottom ||
       p.pad_left || p.pad_right)
     return std::nullopt;
-  const auto dense = [nhwc](const View& v) { return nhwc ? v.is_channels_last() : v.is_contiguous(); };
+  const bool last =
+      nhwc || (d == ConvDirection::backward_filter && x.is_channels_last() && y.is_channels_last());
+  const auto dense = [last](const View& v) { return last ? v.is_channels_last() : v.is_contiguous(); };
   if (!dense(x) || !dense(y) || !(w.is_contiguous() || w.is_channels_last())) return std::nullopt;
   const int64_t N = x.shape[0], Cin = x.shape[1], Cout = w.shape[0], HW = x.shape[2] * x.shape[3];
   // The filter (Cout, Cin) row-major, and its transpose (Cin, Cout) over the same memory.
   const View wk = view3(w, 1, Cout, Cin, 0, Cin, 1), wt = view3(w, 1, Cin, Cout, 0, 1, Cin);
-  if (nhwc) {
+  if (last) {
     const int64_t rows = N * HW;
     const View xm = view3(x, 1, rows, Cin, 0, Cin, 1), ym = view3(y, 1, rows, Cout, 0, Cout, 1);
     switch (d) {
@@ -74,7 +77,9 @@ inline std::optional<ConvMatmul> conv1x1_matmul(ConvDirection d, const View& x, 
   switch (d) {
     case ConvDirection::forward: return ConvMatmul{ym, over_batch(wk), xm};
     case ConvDirection::backward_data: return ConvMatmul{xm, over_batch(wt), ym};
-    case ConvDirection::backward_filter: return std::nullopt;
+    case ConvDirection::backward_filter:  // dw = dy (Cout, HW) @ x^T (HW, Cin) of one image
+      if (N == 1) return ConvMatmul{wk, ym, view3(x, 1, HW, Cin, 0, 1, HW)};
+      return std::nullopt;
   }
   return std::nullopt;
 }
@@ -90,16 +95,23 @@ inline View channels_last_like(const View& v) {
   return r;
 }
 
-// Whether conv1x1_gemm runs direction d: its views exist as the operands are laid out, or,
-// for the filter gradient, on channels-last copies of x and dy.
-inline bool conv1x1_gemm_applies(ConvDirection d, const View& x, const View& w, const View& y,
-                                 const Conv2dParams& p, bool nhwc) {
-  if (conv1x1_matmul(d, x, w, y, p, nhwc)) return true;
+// Whether the filter gradient's GEMM needs channels-last copies of x and dy.
+inline bool conv1x1_gemm_copies(ConvDirection d, const View& x, const View& w, const View& y,
+                                const Conv2dParams& p, bool nhwc) {
   return d == ConvDirection::backward_filter && x.dim() == 4 && y.dim() == 4 &&
+         !conv1x1_matmul(d, x, w, y, p, nhwc) &&
          conv1x1_matmul(d, channels_last_like(x), w, channels_last_like(y), p, true);
 }
 
-// Runs direction d as cuBLAS's GEMM where conv1x1_gemm_applies (conv1x1_gemm.cpp).
-void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc);
+// Whether conv1x1_gemm runs direction d: on the operands' memory, or on those copies.
+inline bool conv1x1_gemm_applies(ConvDirection d, const View& x, const View& w, const View& y,
+                                 const Conv2dParams& p, bool nhwc) {
+  return conv1x1_matmul(d, x, w, y, p, nhwc) || conv1x1_gemm_copies(d, x, w, y, p, nhwc);
+}
+
+// Runs direction d as cuBLAS's GEMM where conv1x1_gemm_applies (conv1x1_gemm.cpp); f32 on
+// TF32 tensor cores when `tf32`. Throws std::invalid_argument where it does not apply.
+void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc,
+                  bool tf32);
 
 }  // namespace ringflow::cuda

@@ -48,6 +48,8 @@ void fill(const View& dst, double value);
 // (f32 accumulation), any strides (batch stride 0 broadcasts); integers throw
 // std::invalid_argument.
 void matmul(const View& out, const View& a, const View& b);
+// The same with TF32 allowed for f32 as `tf32` says (a caller that read allow_tf32() once).
+void matmul(const View& out, const View& a, const View& b, bool tf32);
 // out (M, N) = a @ b + bias (then relu) in one cuBLASLt call with the BIAS / RELU_BIAS
 // epilogue (f32, f16, bf16); composed of matmul, add and relu where cuBLASLt has no algorithm
 // for it, for f64, and for operands without a GEMM layout.

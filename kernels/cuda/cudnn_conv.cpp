@@ -304,10 +304,12 @@ void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const
 }
 
 // The GEMM of a 1x1 convolution as one more candidate: cuBLAS's sgemm is FMA math unless
-// TF32 is allowed (matmul.cpp reads allow_tf32() as run_conv did), 16-bit GEMMs tensor cores.
-void gemm_find(const std::function<void()>& gemm, DType dtype, bool tf32, Candidates& out) {
+// TF32 is allowed (as run_conv read it), 16-bit GEMMs tensor cores. `scratch`: the bytes of
+// its channels-last copies, if it makes them.
+void gemm_find(const std::function<void()>& gemm, DType dtype, bool tf32, size_t scratch, Candidates& out) {
   ConvCandidate c;
   c.source = ConvSource::gemm;
+  c.workspace = scratch;  // held to the workspace limit as cuDNN's are
   c.math = dtype == DType::f32 && !tf32 ? ConvMath::fma : ConvMath::tensor_ops;
   try {
     c.time_ms = time_best_of_two(gemm);
@@ -414,12 +416,16 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
   };
   // f64 (gradient checks, not speed) stays on cuDNN.
   const bool has_gemm = x.dtype != DType::f64 && conv1x1_gemm_applies(d, x, w, y, p, nhwc);
-  const auto gemm = [&] { conv1x1_gemm(d, x, w, y, p, nhwc); };
+  const auto gemm = [&] { conv1x1_gemm(d, x, w, y, p, nhwc, tf32); };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
     if (search_legacy(key.dtype, tf32, found.list.data(), static_cast<int>(found.list.size()), limit))
       legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
-    if (has_gemm) gemm_find(gemm, key.dtype, tf32, found);
+    if (has_gemm) {
+      const bool copies = conv1x1_gemm_copies(d, x, w, y, p, nhwc);
+      gemm_find(gemm, key.dtype, tf32, copies ? static_cast<size_t>(x.numel() + y.numel()) * dtype_size(x.dtype) : 0,
+                found);
+    }
   });
   if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +

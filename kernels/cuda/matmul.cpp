@@ -32,13 +32,13 @@ cudaDataType data_type(DType dt) {
     default: return CUDA_R_32F;
   }
 }
-cublasComputeType_t compute_type(DType dt) {
+cublasComputeType_t compute_type(DType dt, bool tf32 = allow_tf32()) {
   if (dt == DType::f64) return CUBLAS_COMPUTE_64F;
-  if (dt == DType::f32 && allow_tf32()) return CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (dt == DType::f32 && tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
   return CUBLAS_COMPUTE_32F;
 }
 
-void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
+void run(const GemmPlan& p, const View& out, const View& a, const View& b, bool tf32) {
   const double one64 = 1, zero64 = 0;
   const float one32 = 1, zero32 = 0;
   const bool f64 = out.dtype == DType::f64;  // alpha and beta in the compute type
@@ -47,7 +47,7 @@ void run(const GemmPlan& p, const View& out, const View& a, const View& b) {
       cublas_handle(), op(p.a), op(p.b), p.m, p.n, p.k,
       f64 ? static_cast<const void*>(&one64) : &one32, b.data, t, p.a.ld, p.a.batch_stride,
       a.data, t, p.b.ld, p.b.batch_stride, f64 ? static_cast<const void*>(&zero64) : &zero32,
-      out.data, t, p.c.ld, p.c.batch_stride, p.batch, compute_type(out.dtype),
+      out.data, t, p.c.ld, p.c.batch_stride, p.batch, compute_type(out.dtype, tf32),
       CUBLAS_GEMM_DEFAULT));
 }
 
@@ -181,16 +181,18 @@ void matmul_bias(const View& out, const View& a, const View& b, const View& bias
   if (relu) k.unary(UnaryOp::relu, out, out);
 }
 
-void matmul(const View& out, const View& a, const View& b) {
+void matmul(const View& out, const View& a, const View& b) { matmul(out, a, b, allow_tf32()); }
+
+void matmul(const View& out, const View& a, const View& b, bool tf32) {
   check_args(out, a, b);
   if (out.numel() == 0) return;
   if (a.shape[2] == 0) return fill(out, 0.0);  // empty sums
   std::optional<DeviceBuffer> a_copy, b_copy, out_temp;
   const View ac = gemm_operand(a) ? a : contiguous(a, a_copy);
   const View bc = gemm_operand(b) ? b : contiguous(b, b_copy);
-  if (const auto plan = plan_gemm(out, ac, bc)) return run(*plan, out, ac, bc);
+  if (const auto plan = plan_gemm(out, ac, bc)) return run(*plan, out, ac, bc, tf32);
   const View temp = row_major_like(out, out_temp);  // out is not row-major
-  run(*plan_gemm(temp, ac, bc), temp, ac, bc);
+  run(*plan_gemm(temp, ac, bc), temp, ac, bc, tf32);
   copy(out, temp);
 }
 
