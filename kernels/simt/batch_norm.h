@@ -204,7 +204,8 @@ struct AddReluBody {
 // channel fastest; one block per channel would read it with a stride of C, a few useful bytes
 // per memory transaction (on an H100 the 16-bit training steps spent most of their time there).
 // So such operands take three launches that read along the rows: (1) per chunk of rows and
-// channel, one thread's partial statistics (adjacent threads on adjacent channels); (2) one
+// channel (or pack of channels), one thread's partial statistics (adjacent threads on adjacent
+// channels, several rows' loads in flight: kRowsInFlight); (2) one
 // block per channel merging its chunks' partials (Chan's pairwise formula for means and squared
 // deviations) into mean and var, and into per-channel coefficients in a workspace; (3) the
 // elementwise pass with those coefficients, 16 bytes per access where C and the pointers
@@ -266,9 +267,34 @@ struct Moments {
   }
 };
 
-// Phase 1 forward: thread (p, c) -> the moments of chunk p of channel c (Welford's update:
-// no sum of squares to cancel, whatever the values' offset).
-template <class T>
+// Rows a phase-1 thread loads before it uses them. Phase 1 over rows read one element per
+// thread at a time (2 bytes in 16-bit), by the split of batch norm's H100 timings in
+// docs/cuda.md (an estimate) at about a third of the memory's rate. With a pack of channels
+// and kRowsInFlight rows at a time a thread has 64 bytes in flight: four times the bytes of
+// the whole grid before (the chunks are planned per channel, so a V-th of the threads).
+constexpr int kRowsInFlight = 4;
+
+// fn(r, col[r * stride]) for rows r in [0, rows) of a column (a pointer to packs, or what
+// reads several operands' packs at one index), the loads kRowsInFlight rows at a time.
+template <class Col, class Fn>
+RF_HD inline void for_rows(const Col& col, int64_t stride, int64_t rows, const Fn& fn) {
+  using R = std::decay_t<decltype(col[0])>;
+  int64_t r = 0;
+  for (; r + kRowsInFlight <= rows; r += kRowsInFlight) {
+    R v[kRowsInFlight];
+    for (int u = 0; u < kRowsInFlight; ++u) v[u] = col[(r + u) * stride];
+    for (int u = 0; u < kRowsInFlight; ++u) fn(r + u, v[u]);
+  }
+  for (; r < rows; ++r) {
+    const R v = col[r * stride];  // one pack, as above
+    fn(r, v);
+  }
+}
+
+// Phase 1 forward: thread (p, g) -> the moments of chunk p of channels g * V .. g * V + V - 1,
+// read as one pack per row (Welford's update: no sum of squares to cancel, whatever the
+// values' offset).
+template <class T, int V>
 struct ChunkMomentsBody {
   const T* x;
   ChannelChunks cc;
@@ -276,16 +302,23 @@ struct ChunkMomentsBody {
   acc_t<T>* m2;    // (chunks, C): its sum of squared deviations from that mean
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
-    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p);
-    const T* col = x + p * cc.chunk * cc.C + c;
-    A mu = 0, sq = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const A v = load(col[r * cc.C]), d = v - mu;
-      mu = mu + d / static_cast<A>(r + 1);
-      sq = sq + d * (v - mu);
+    using P = Pack<T, V>;
+    const int64_t groups = cc.C / V, g = i % groups, p = i / groups;
+    A mu[V], sq[V];
+    for (int e = 0; e < V; ++e) mu[e] = sq[e] = 0;
+    const P* col = reinterpret_cast<const P*>(x + p * cc.chunk * cc.C) + g;
+    for_rows(col, groups, cc.rows_in(p), [&](int64_t r, const P& v) {
+      const A inv = A(1) / static_cast<A>(r + 1);
+      for (int e = 0; e < V; ++e) {
+        const A u = load(v.e[e]), d = u - mu[e];
+        mu[e] = mu[e] + d * inv;
+        sq[e] = sq[e] + d * (u - mu[e]);
+      }
+    });
+    for (int e = 0; e < V; ++e) {
+      mean[p * cc.C + g * V + e] = mu[e];
+      m2[p * cc.C + g * V + e] = sq[e];
     }
-    mean[i] = mu;
-    m2[i] = sq;
   }
 };
 
@@ -378,13 +411,19 @@ struct NormalizeRowsBody {
   }
 };
 
-// launch(std::integral_constant<int, V>{}): V = kPack<T> where `divisor` (a DenseWalk's) and
-// every pointer given allow packs of it (null pointers aside), else 1.
-template <class T, class Launch>
-void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
+// Whether `divisor` (a DenseWalk's) and every pointer given allow packs of kPack<T> (null
+// pointers aside).
+template <class T>
+bool packs_fit(int64_t divisor, std::initializer_list<const void*> pointers) {
   bool packs = divisor % kPack<T> == 0;
   for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
-  if (packs) launch(std::integral_constant<int, kPack<T>>{});
+  return packs;
+}
+
+// launch(std::integral_constant<int, V>{}): V = kPack<T> where packs_fit, else 1.
+template <class T, class Launch>
+void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
+  if (packs_fit<T>(divisor, pointers)) launch(std::integral_constant<int, kPack<T>>{});
   else launch(std::integral_constant<int, 1>{});
 }
 
@@ -398,8 +437,9 @@ RF_HD inline acc_t<T> masked_dy(const T* dy, const T* y, int64_t i) {
   return masked(load(dy[i]), y != nullptr, y ? load(y[i]) : acc_t<T>(0));
 }
 
-// Phase 1 backward: thread (p, c) -> chunk p's sums of dz and dz * (x - mean).
-template <class T>
+// Phase 1 backward: thread (p, g) -> chunk p's sums of dz and dz * (x - mean) for channels
+// g * V .. g * V + V - 1, read as packs.
+template <class T, int V>
 struct ChunkGradSumsBody {
   const T* dy;
   const T* x;
@@ -410,17 +450,34 @@ struct ChunkGradSumsBody {
   acc_t<T>* sum_dz_xmu;  // (chunks, C)
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
-    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p), first = p * cc.chunk * cc.C + c;
-    const A mu = static_cast<A>(mean.get(c, 0.0));
-    A s1 = 0, s2 = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t k = first + r * cc.C;
-      const A g = masked_dy(dy, y, k);
-      s1 = s1 + g;
-      s2 = s2 + g * (load(x[k]) - mu);
+    using P = Pack<T, V>;
+    // One row's packs of dy, x and y (y: dy's again where absent, unused).
+    struct Row {
+      P dy, x, y;
+    };
+    struct Rows {
+      const P *dy, *x, *y;
+      RF_HD Row operator[](int64_t k) const { return {dy[k], x[k], y[k]}; }
+    };
+    const int64_t groups = cc.C / V, g = i % groups, p = i / groups, first = p * cc.chunk * groups + g;
+    A mu[V], s1[V], s2[V];
+    for (int e = 0; e < V; ++e) {
+      mu[e] = static_cast<A>(mean.get(g * V + e, 0.0));
+      s1[e] = s2[e] = 0;
     }
-    sum_dz[i] = s1;
-    sum_dz_xmu[i] = s2;
+    const P* dyp = reinterpret_cast<const P*>(dy) + first;
+    const Rows rows{dyp, reinterpret_cast<const P*>(x) + first, y ? reinterpret_cast<const P*>(y) + first : dyp};
+    for_rows(rows, groups, cc.rows_in(p), [&](int64_t, const Row& v) {
+      for (int e = 0; e < V; ++e) {
+        const A dz = masked(load(v.dy.e[e]), y != nullptr, load(v.y.e[e]));
+        s1[e] = s1[e] + dz;
+        s2[e] = s2[e] + dz * (load(v.x.e[e]) - mu[e]);
+      }
+    });
+    for (int e = 0; e < V; ++e) {
+      sum_dz[p * cc.C + g * V + e] = s1[e];
+      sum_dz_xmu[p * cc.C + g * V + e] = s2[e];
+    }
   }
 };
 
@@ -559,6 +616,8 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
+      // Phase 1 over rows reads a pack of channels per thread where they allow it.
+      const bool packs = layout == Dense::rows && packs_fit<T>(C, {x.data});
       const DenseWalk walk = dense_walk(x, layout);
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
@@ -567,8 +626,11 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
       if (walk.channel.planes)
         exec.rows(cc.chunks * C, PlaneMomentsBody<T>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+      else if (packs)
+        exec.elementwise(cc.chunks * C / kPack<T>,
+                         ChunkMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       else
-        exec.elementwise(cc.chunks * C, ChunkMomentsBody<T>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
+        exec.elementwise(cc.chunks * C, ChunkMomentsBody<T, 1>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       const T* r = residual ? residual->ptr<const T>() : nullptr;
       with_pack<T>(walk.pack_divisor, {y.data, x.data, r}, [&](auto pack) {
@@ -630,19 +692,23 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
+      const T* yp = y ? y->ptr<const T>() : nullptr;
+      const bool packs = layout == Dense::rows && packs_fit<T>(C, {dy.data, x.data, yp});
       const DenseWalk walk = dense_walk(x, layout);
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
-      const T* yp = y ? y->ptr<const T>() : nullptr;
       if (walk.channel.planes)
         exec.rows(cc.chunks * C, PlaneGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
                                                       sum_dz, sum_dz_xmu});
+      else if (packs)
+        exec.elementwise(cc.chunks * C / kPack<T>, ChunkGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(),
+                                                                                 yp, cc, m, sum_dz, sum_dz_xmu});
       else
         exec.elementwise(cc.chunks * C,
-                         ChunkGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
+                         ChunkGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
       with_pack<T>(walk.pack_divisor, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
