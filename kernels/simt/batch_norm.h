@@ -451,13 +451,13 @@ struct ChunkGradSumsBody {
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    // One row's packs of dy, x and y (y: dy's again where absent, unused).
+    // One row's packs of dy, x and y (y: none where absent).
     struct Row {
       P dy, x, y;
     };
     struct Rows {
       const P *dy, *x, *y;
-      RF_HD Row operator[](int64_t k) const { return {dy[k], x[k], y[k]}; }
+      RF_HD Row operator[](int64_t k) const { return {dy[k], x[k], y ? y[k] : P{}}; }
     };
     const int64_t groups = cc.C / V, g = i % groups, p = i / groups, first = p * cc.chunk * groups + g;
     A mu[V], s1[V], s2[V];
@@ -465,8 +465,8 @@ struct ChunkGradSumsBody {
       mu[e] = static_cast<A>(mean.get(g * V + e, 0.0));
       s1[e] = s2[e] = 0;
     }
-    const P* dyp = reinterpret_cast<const P*>(dy) + first;
-    const Rows rows{dyp, reinterpret_cast<const P*>(x) + first, y ? reinterpret_cast<const P*>(y) + first : dyp};
+    const Rows rows{reinterpret_cast<const P*>(dy) + first, reinterpret_cast<const P*>(x) + first,
+                    y ? reinterpret_cast<const P*>(y) + first : nullptr};
     for_rows(rows, groups, cc.rows_in(p), [&](int64_t, const Row& v) {
       for (int e = 0; e < V; ++e) {
         const A dz = masked(load(v.dy.e[e]), y != nullptr, load(v.y.e[e]));
