@@ -211,8 +211,9 @@ struct AddReluBody {
 // elementwise pass with those coefficients, 16 bytes per access where C and the pointers
 // allow. Backward the same with the sums of dz and dz * (x - mean), dz being dy under relu's
 // mask. Contiguous NCHW operands take the same three launches with planes for chunks: phase 1
-// one block per (n, c) plane of H * W contiguous elements (one block per channel left most of
-// a large GPU idle where C is small), phase 3 with the channel constant along a pack.
+// one block per (n, c) plane of H * W contiguous elements, read in packs where H * W allows
+// (one block per channel left most of a large GPU idle where C is small), phase 3 with the
+// channel constant along a pack.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
 
@@ -323,8 +324,9 @@ struct ChunkMomentsBody {
 };
 
 // Phase 1 forward over planes: block per plane r = n * C + c -> its mean and sum of squared
-// deviations (two passes over S contiguous elements; the second one mostly from cache).
-template <class T>
+// deviations (two passes over S contiguous elements, V at a time; the second one mostly from
+// cache).
+template <class T, int V>
 struct PlaneMomentsBody {
   const T* x;
   int64_t S;
@@ -333,12 +335,23 @@ struct PlaneMomentsBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t r) const {
     using A = acc_t<T>;
-    const T* plane = x + r * S;
+    using P = Pack<T, V>;
+    const P* plane = reinterpret_cast<const P*>(x + r * S);
     const auto plus = [](A a, A b) { return a + b; };
-    const A mu = block.reduce(S, A(0), [&](int64_t k) { return load(plane[k]); }, plus) / static_cast<A>(S);
-    const A sq = block.reduce(S, A(0), [&](int64_t k) {
-      const A d = load(plane[k]) - mu;
-      return d * d;
+    const A mu = block.reduce(S / V, A(0), [&](int64_t k) {
+      const P v = plane[k];
+      A s = 0;
+      for (int e = 0; e < V; ++e) s = s + load(v.e[e]);
+      return s;
+    }, plus) / static_cast<A>(S);
+    const A sq = block.reduce(S / V, A(0), [&](int64_t k) {
+      const P v = plane[k];
+      A s = 0;
+      for (int e = 0; e < V; ++e) {
+        const A d = load(v.e[e]) - mu;
+        s = s + d * d;
+      }
+      return s;
     }, plus);
     block.for_each(1, [&](int64_t) {
       mean[r] = mu;
@@ -496,8 +509,8 @@ struct SumPair {
 };
 
 // Phase 1 backward over planes: block per plane r = n * C + c -> its sums of dz and
-// dz * (x - mean).
-template <class T>
+// dz * (x - mean), V elements at a time.
+template <class T, int V>
 struct PlaneGradSumsBody {
   const T* dy;
   const T* x;
@@ -509,13 +522,23 @@ struct PlaneGradSumsBody {
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t r) const {
     using A = acc_t<T>;
-    const int64_t first = r * S;
+    using P = Pack<T, V>;
+    const int64_t first = r * S / V;  // in packs
+    const P* dyp = reinterpret_cast<const P*>(dy) + first;
+    const P* xp = reinterpret_cast<const P*>(x) + first;
+    const P* yp = y ? reinterpret_cast<const P*>(y) + first : nullptr;
     const A mu = static_cast<A>(mean.get(r % C, 0.0));
     const SumPair<A> s = block.reduce(
-        S, SumPair<A>{},
+        S / V, SumPair<A>{},
         [&](int64_t k) {
-          const A g = masked_dy(dy, y, first + k);
-          return SumPair<A>{g, g * (load(x[first + k]) - mu)};
+          const P dys = dyp[k], xs = xp[k], ys = yp ? yp[k] : P{};
+          SumPair<A> out;
+          for (int e = 0; e < V; ++e) {
+            const A g = masked(load(dys.e[e]), yp != nullptr, load(ys.e[e]));
+            out.a = out.a + g;
+            out.b = out.b + g * (load(xs.e[e]) - mu);
+          }
+          return out;
         },
         [](const SumPair<A>& u, const SumPair<A>& v) { return SumPair<A>{u.a + v.a, u.b + v.b}; });
     block.for_each(1, [&](int64_t) {
@@ -616,16 +639,18 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
     return visit_floating(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      // Phase 1 over rows reads a pack of channels per thread where they allow it.
-      const bool packs = layout == Dense::rows && packs_fit<T>(C, {x.data});
       const DenseWalk walk = dense_walk(x, layout);
+      // Phase 1 reads a pack of channels (rows) or of a plane's elements per access where they
+      // allow it.
+      const bool packs = packs_fit<T>(walk.pack_divisor, {x.data});
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
       if (walk.channel.planes)
-        exec.rows(cc.chunks * C, PlaneMomentsBody<T>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+        packs ? exec.rows(cc.chunks * C, PlaneMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2})
+              : exec.rows(cc.chunks * C, PlaneMomentsBody<T, 1>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
       else if (packs)
         exec.elementwise(cc.chunks * C / kPack<T>,
                          ChunkMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
@@ -693,16 +718,18 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       using T = decltype(tag);
       using A = acc_t<T>;
       const T* yp = y ? y->ptr<const T>() : nullptr;
-      const bool packs = layout == Dense::rows && packs_fit<T>(C, {dy.data, x.data, yp});
       const DenseWalk walk = dense_walk(x, layout);
+      const bool packs = packs_fit<T>(walk.pack_divisor, {dy.data, x.data, yp});
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
       if (walk.channel.planes)
-        exec.rows(cc.chunks * C, PlaneGradSumsBody<T>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
-                                                      sum_dz, sum_dz_xmu});
+        packs ? exec.rows(cc.chunks * C, PlaneGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(), yp, C,
+                                                                        cc.chunk, m, sum_dz, sum_dz_xmu})
+              : exec.rows(cc.chunks * C, PlaneGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk,
+                                                                 m, sum_dz, sum_dz_xmu});
       else if (packs)
         exec.elementwise(cc.chunks * C / kPack<T>, ChunkGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(),
                                                                                  yp, cc, m, sum_dz, sum_dz_xmu});
