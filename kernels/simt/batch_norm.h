@@ -268,30 +268,6 @@ struct Moments {
   }
 };
 
-// Rows a phase-1 thread loads before it uses them. Phase 1 over rows read one element per
-// thread at a time (2 bytes in 16-bit), by the split of batch norm's H100 timings in
-// docs/cuda.md (an estimate) at about a third of the memory's rate. With a pack of channels
-// and kRowsInFlight rows at a time a thread has 64 bytes in flight: four times the bytes of
-// the whole grid before (the chunks are planned per channel, so a V-th of the threads).
-constexpr int kRowsInFlight = 4;
-
-// fn(r, col[r * stride]) for rows r in [0, rows) of a column (a pointer to packs, or what
-// reads several operands' packs at one index), the loads kRowsInFlight rows at a time.
-template <class Col, class Fn>
-RF_HD inline void for_rows(const Col& col, int64_t stride, int64_t rows, const Fn& fn) {
-  using R = std::decay_t<decltype(col[0])>;
-  int64_t r = 0;
-  for (; r + kRowsInFlight <= rows; r += kRowsInFlight) {
-    R v[kRowsInFlight];
-    for (int u = 0; u < kRowsInFlight; ++u) v[u] = col[(r + u) * stride];
-    for (int u = 0; u < kRowsInFlight; ++u) fn(r + u, v[u]);
-  }
-  for (; r < rows; ++r) {
-    const R v = col[r * stride];  // one pack, as above
-    fn(r, v);
-  }
-}
-
 // Phase 1 forward: thread (p, g) -> the moments of chunk p of channels g * V .. g * V + V - 1,
 // read as one pack per row (Welford's update: no sum of squares to cancel, whatever the
 // values' offset).
@@ -423,15 +399,6 @@ struct NormalizeRowsBody {
     y[j] = out;
   }
 };
-
-// Whether `divisor` (a DenseWalk's) and every pointer given allow packs of kPack<T> (null
-// pointers aside).
-template <class T>
-bool packs_fit(int64_t divisor, std::initializer_list<const void*> pointers) {
-  bool packs = divisor % kPack<T> == 0;
-  for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
-  return packs;
-}
 
 // launch(std::integral_constant<int, V>{}): V = kPack<T> where packs_fit, else 1.
 template <class T, class Launch>

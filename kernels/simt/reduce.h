@@ -117,19 +117,24 @@ inline std::optional<ColumnShape> column_shape(const View& out, const View& in) 
   return cs;
 }
 
-// Phase 1: thread (p, c) -> the sum of column c over chunk p's rows.
-template <class T>
+// Phase 1: thread (p, g) -> the sums of columns g * V .. g * V + V - 1 over chunk p's rows,
+// read as one pack per row.
+template <class T, int V>
 struct ChunkColumnSumBody {
   const T* in;
   ChannelChunks cc;
   acc_t<T>* partial;  // (chunks, C)
   RF_HD void operator()(int64_t i) const {
     using A = acc_t<T>;
-    const int64_t c = i % cc.C, p = i / cc.C, rows = cc.rows_in(p);
-    const T* col = in + p * cc.chunk * cc.C + c;
-    A s = 0;
-    for (int64_t r = 0; r < rows; ++r) s = s + load(col[r * cc.C]);
-    partial[i] = s;
+    using P = Pack<T, V>;
+    const int64_t groups = cc.C / V, g = i % groups, p = i / groups;
+    A s[V];
+    for (int e = 0; e < V; ++e) s[e] = 0;
+    const P* col = reinterpret_cast<const P*>(in + p * cc.chunk * cc.C) + g;
+    for_rows(col, groups, cc.rows_in(p), [&](int64_t, const P& v) {
+      for (int e = 0; e < V; ++e) s[e] = s[e] + load(v.e[e]);
+    });
+    for (int e = 0; e < V; ++e) partial[p * cc.C + g * V + e] = s[e];
   }
 };
 
@@ -160,7 +165,10 @@ void column_sum(const Exec& exec, const View& out, const View& in, const ColumnS
     const ChannelChunks cc = channel_chunks(cs.M, cs.C);
     Scratch<Exec, A> scratch;
     A* partial = scratch.take(cc.chunks * cs.C);
-    exec.elementwise(cc.chunks * cs.C, ChunkColumnSumBody<T>{in.ptr<const T>(), cc, partial});
+    if (packs_fit<T>(cs.C, {in.data}))
+      exec.elementwise(cc.chunks * cs.C / kPack<T>, ChunkColumnSumBody<T, kPack<T>>{in.ptr<const T>(), cc, partial});
+    else
+      exec.elementwise(cc.chunks * cs.C, ChunkColumnSumBody<T, 1>{in.ptr<const T>(), cc, partial});
     exec.rows(cs.C, MergeColumnSumBody<T>{out.ptr<T>(), out.strides[cs.kept], cc, partial, mean});
   });
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -56,6 +57,15 @@ struct alignas(sizeof(T) * V) Pack {
 };
 template <class T>
 constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+
+// Whether `divisor` (what a pack's length must divide: a row's channels, a plane's elements)
+// and every pointer given allow packs of kPack<T> (null pointers aside).
+template <class T>
+bool packs_fit(int64_t divisor, std::initializer_list<const void*> pointers) {
+  bool packs = divisor % kPack<T> == 0;
+  for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
+  return packs;
+}
 
 // Stored value -> its accumulation type.
 RF_HD inline float load(float x) { return x; }
