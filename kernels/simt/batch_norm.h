@@ -285,10 +285,9 @@ struct ChunkMomentsBody {
     for (int e = 0; e < V; ++e) mu[e] = sq[e] = 0;
     const P* col = reinterpret_cast<const P*>(x + p * cc.chunk * cc.C) + g;
     for_rows(col, groups, cc.rows_in(p), [&](int64_t r, const P& v) {
-      const A inv = A(1) / static_cast<A>(r + 1);
       for (int e = 0; e < V; ++e) {
         const A u = load(v.e[e]), d = u - mu[e];
-        mu[e] = mu[e] + d * inv;
+        mu[e] = mu[e] + d / static_cast<A>(r + 1);
         sq[e] = sq[e] + d * (u - mu[e]);
       }
     });
