@@ -411,10 +411,6 @@ template <class A>
 RF_HD inline A masked(A dy, bool has_y, A y) {
   return has_y && !(y > A(0)) ? A(0) : dy;
 }
-template <class T>
-RF_HD inline acc_t<T> masked_dy(const T* dy, const T* y, int64_t i) {
-  return masked(load(dy[i]), y != nullptr, y ? load(y[i]) : acc_t<T>(0));
-}
 
 // Phase 1 backward: thread (p, g) -> chunk p's sums of dz and dz * (x - mean) for channels
 // g * V .. g * V + V - 1, read as packs.
@@ -614,9 +610,10 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
-      if (walk.channel.planes)
-        packs ? exec.rows(cc.chunks * C, PlaneMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2})
-              : exec.rows(cc.chunks * C, PlaneMomentsBody<T, 1>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+      if (walk.channel.planes && packs)
+        exec.rows(cc.chunks * C, PlaneMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+      else if (walk.channel.planes)
+        exec.rows(cc.chunks * C, PlaneMomentsBody<T, 1>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
       else if (packs)
         exec.elementwise(cc.chunks * C / kPack<T>,
                          ChunkMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
@@ -691,11 +688,12 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
-      if (walk.channel.planes)
-        packs ? exec.rows(cc.chunks * C, PlaneGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(), yp, C,
-                                                                        cc.chunk, m, sum_dz, sum_dz_xmu})
-              : exec.rows(cc.chunks * C, PlaneGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk,
-                                                                 m, sum_dz, sum_dz_xmu});
+      if (walk.channel.planes && packs)
+        exec.rows(cc.chunks * C, PlaneGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk,
+                                                                m, sum_dz, sum_dz_xmu});
+      else if (walk.channel.planes)
+        exec.rows(cc.chunks * C,
+                  PlaneGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m, sum_dz, sum_dz_xmu});
       else if (packs)
         exec.elementwise(cc.chunks * C / kPack<T>, ChunkGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(),
                                                                                  yp, cc, m, sum_dz, sum_dz_xmu});
