@@ -16,6 +16,7 @@
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/cuda/conv1x1_gemm.h"
+#include "ringflow/kernels/cudnn_choices.h"
 #include "ringflow/kernels/reference/strided.h"
 #include "ringflow/kernels/cuda_copy.h"
 #include "ringflow/tests/cuda_skip.h"
@@ -350,6 +351,39 @@ TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts"
             break;
         }
       }
+    }
+  }
+}
+
+// The GEMM competes in the search itself: each direction's choice line names it, as the winner
+// ("cublas gemm") or as the best of its source ("best gemm"), in both layouts.
+TEST_CASE("the search of a 1x1 convolution times cuBLAS's GEMM beside cuDNN's candidates" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  const Conv2dParams p;
+  const Shape xs = {2, 40, 3, 5}, ws = {24, 40, 1, 1}, ys = {2, 24, 3, 5};  // shapes no other case uses
+  for (const Act layout : {Act::nchw, Act::nhwc}) {
+    CAPTURE(std::string(act_name(layout)));
+    Operand x(DType::f32, xs, act_strides(xs, layout), 3), w(DType::f32, ws, filt_strides(ws, Filt::kcrs), 5);
+    Operand y(DType::f32, ys, act_strides(ys, layout), 11), dx(DType::f32, xs, act_strides(xs, layout), -1);
+    Operand dw(DType::f32, ws, filt_strides(ws, Filt::kcrs), -1);
+    cuda.conv2d_forward(y.on_device(), x.on_device(), w.on_device(), nullptr, p);
+    cuda.conv2d_backward_data(dx.on_device(), y.on_device(), w.on_device(), p);
+    cuda.conv2d_backward_weights(dw.on_device(), nullptr, y.on_device(), x.on_device(), p);
+    const std::vector<std::string> lines = cudnn_conv_choices();
+    if (lines.empty()) {
+      MESSAGE("no cuDNN in this build: the direct kernels ran, no search");
+      return;
+    }
+    for (const char* direction : {"forward", "backward-data", "backward-filter"}) {
+      CAPTURE(std::string(direction));
+      const std::string head = std::string(direction) + " f32 x " + shape_str(xs) +
+                               (layout == Act::nhwc ? " nhwc" : " nchw") + " w " + shape_str(ws) + ":";
+      int found = 0;
+      for (const std::string& line : lines)
+        if (line.rfind(head, 0) == 0) found += line.find("gemm") != std::string::npos ? 1 : 100;
+      CHECK_MESSAGE(found == 1, "choice lines starting '" << head << "': " << found
+                                                           << " (1: once, naming the GEMM)");
     }
   }
 }
