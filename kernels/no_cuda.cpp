@@ -1,6 +1,7 @@
 // Stand-ins for kernels/cuda/ in builds without CUDA (-Dcuda=disabled or nvcc not found):
 // no CUDA table, no devices (with the reason); cross-device copies, pinned memory and
-// cuda_record_stream (and the 1x1 GEMM of cuda_conv_test) throw; the CUDA allocator's statistics are zero; no CUDA library versions.
+// cuda_record_stream (and the 1x1 GEMM of cuda_conv_test) throw; the CUDA allocator's
+// statistics are zero; no CUDA library versions.
 #include <stdexcept>
 #include <string>
 #include <vector>

@@ -334,7 +334,8 @@ TEST_CASE("1x1 convolutions as cuBLAS GEMMs match the reference in both layouts"
         Operand x(dt, xs, act_strides(xs, layout), reads_x ? 3 : -1);
         Operand w(dt, ws, filt_strides(ws, Filt::kcrs), reads_w ? 5 : -1);
         Operand y(dt, ys, act_strides(ys, layout), d == ConvDirection::forward ? -1 : 11);
-        REQUIRE(cuda::conv1x1_gemm_applies(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc));
+        REQUIRE(cuda::conv1x1_gemm_route(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc) !=
+                cuda::Conv1x1Gemm::none);
         cuda::conv1x1_gemm(d, x.on_device(), w.on_device(), y.on_device(), p, nhwc, /*tf32=*/false);
         switch (d) {
           case ConvDirection::forward:

@@ -213,14 +213,15 @@ TEST_CASE("1x1 convolutions as GEMMs match the reference convolution") {
         Operand x(xs, strides(xs, nhwc), 1), w(ws, contiguous_strides(ws), -3), y(ys, strides(ys, nhwc), 2);
         Operand expected_x(xs, strides(xs, nhwc), 0), expected_w(ws, contiguous_strides(ws), 0),
             expected_y(ys, strides(ys, nhwc), 0);
-        CHECK(cuda::conv1x1_gemm_applies(d, x.view, w.view, y.view, p, nhwc));
+        const cuda::Conv1x1Gemm route = cuda::conv1x1_gemm_route(d, x.view, w.view, y.view, p, nhwc);
+        CHECK(route != cuda::Conv1x1Gemm::none);
         auto m = cuda::conv1x1_matmul(d, x.view, w.view, y.view, p, nhwc);
         std::optional<Operand> x_last, y_last;
         if (!m) {
           // The filter gradient of several NCHW images, no strided-batched GEMM: as
           // conv1x1_gemm does, on channels-last copies of x and dy.
           REQUIRE((d == ConvDirection::backward_filter && !nhwc));
-          REQUIRE(cuda::conv1x1_gemm_copies(d, x.view, w.view, y.view, p, nhwc));
+          REQUIRE(route == cuda::Conv1x1Gemm::via_channels_last);
           x_last.emplace(xs, strides(xs, true), 0);
           y_last.emplace(ys, strides(ys, true), 0);
           reference_backend().copy(x_last->view, x.view);
@@ -229,7 +230,7 @@ TEST_CASE("1x1 convolutions as GEMMs match the reference convolution") {
           REQUIRE(m.has_value());
           ++copied;
         } else {
-          CHECK_FALSE(cuda::conv1x1_gemm_copies(d, x.view, w.view, y.view, p, nhwc));
+          CHECK(route == cuda::Conv1x1Gemm::direct);
         }
         const auto plan = cuda::plan_gemm(m->out, m->a, m->b);
         REQUIRE(plan.has_value());
@@ -270,7 +271,8 @@ TEST_CASE("no GEMM for a convolution that is not 1x1 stride 1 unpadded, or not d
   Conv2dParams p;
   CHECK(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, false).has_value());
   CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w1.view, y.view, p, true).has_value());
-  CHECK_FALSE(cuda::conv1x1_gemm_applies(ConvDirection::backward_filter, x.view, w3.view, y.view, p, false));
+  CHECK(cuda::conv1x1_gemm_route(ConvDirection::backward_filter, x.view, w3.view, y.view, p, false) ==
+        cuda::Conv1x1Gemm::none);
   Conv2dParams padded = p;
   padded.pad_top = padded.pad_bottom = padded.pad_left = padded.pad_right = 1;
   CHECK_FALSE(cuda::conv1x1_matmul(ConvDirection::forward, x.view, w3.view, y.view, padded, false).has_value());

@@ -11,7 +11,7 @@ namespace {
 
 // A dense channels-last copy of v in `buffer`.
 View channels_last_copy(const View& v, std::optional<DeviceBuffer>& buffer) {
-  View d = channels_last_like(v);
+  View d = dense_layout(v, /*last=*/true);
   buffer.emplace(static_cast<size_t>(v.numel()) * dtype_size(v.dtype));
   d.data = buffer->data();
   copy(d, v);
@@ -25,7 +25,7 @@ void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, 
   std::optional<DeviceBuffer> xb, yb;
   std::optional<ConvMatmul> m = conv1x1_matmul(d, x, w, y, p, nhwc);
   // The filter gradient of NCHW images: one GEMM over the whole batch channels-last.
-  if (!m && conv1x1_gemm_copies(d, x, w, y, p, nhwc))
+  if (!m && conv1x1_gemm_route(d, x, w, y, p, nhwc) == Conv1x1Gemm::via_channels_last)
     m = conv1x1_matmul(d, channels_last_copy(x, xb), w, channels_last_copy(y, yb), p, true);
   if (!m)
     throw std::invalid_argument("cuda conv1x1_gemm: x " + shape_str(x.shape) + " w " + shape_str(w.shape) +

@@ -84,33 +84,20 @@ inline std::optional<ConvMatmul> conv1x1_matmul(ConvDirection d, const View& x, 
   return std::nullopt;
 }
 
-// v's shape laid out channels-last, densely (no data).
-inline View channels_last_like(const View& v) {
-  View r = v;
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-  r.strides = {H * W * C, 1, W * C, C};
-  r.layout = MemoryLayout::strided;
-  r.data = nullptr;
-  r.derived = nullptr;
-  return r;
+// How conv1x1_gemm runs direction d: not at all, on the operands' memory, or (the filter
+// gradient of NCHW images) on channels-last copies of x and dy.
+enum class Conv1x1Gemm { none, direct, via_channels_last };
+inline Conv1x1Gemm conv1x1_gemm_route(ConvDirection d, const View& x, const View& w, const View& y,
+                                      const Conv2dParams& p, bool nhwc) {
+  if (conv1x1_matmul(d, x, w, y, p, nhwc)) return Conv1x1Gemm::direct;
+  if (d == ConvDirection::backward_filter && x.dim() == 4 && y.dim() == 4 &&
+      conv1x1_matmul(d, dense_layout(x, true), w, dense_layout(y, true), p, true))
+    return Conv1x1Gemm::via_channels_last;
+  return Conv1x1Gemm::none;
 }
 
-// Whether the filter gradient's GEMM needs channels-last copies of x and dy.
-inline bool conv1x1_gemm_copies(ConvDirection d, const View& x, const View& w, const View& y,
-                                const Conv2dParams& p, bool nhwc) {
-  return d == ConvDirection::backward_filter && x.dim() == 4 && y.dim() == 4 &&
-         !conv1x1_matmul(d, x, w, y, p, nhwc) &&
-         conv1x1_matmul(d, channels_last_like(x), w, channels_last_like(y), p, true);
-}
-
-// Whether conv1x1_gemm runs direction d: on the operands' memory, or on those copies.
-inline bool conv1x1_gemm_applies(ConvDirection d, const View& x, const View& w, const View& y,
-                                 const Conv2dParams& p, bool nhwc) {
-  return conv1x1_matmul(d, x, w, y, p, nhwc) || conv1x1_gemm_copies(d, x, w, y, p, nhwc);
-}
-
-// Runs direction d as cuBLAS's GEMM where conv1x1_gemm_applies (conv1x1_gemm.cpp); f32 on
-// TF32 tensor cores when `tf32`. Throws std::invalid_argument where it does not apply.
+// Runs direction d as cuBLAS's GEMM where conv1x1_gemm_route has one (conv1x1_gemm.cpp); f32
+// on TF32 tensor cores when `tf32`. Throws std::invalid_argument where it has none.
 void conv1x1_gemm(ConvDirection d, const View& x, const View& w, const View& y, const Conv2dParams& p, bool nhwc,
                   bool tf32);
 

@@ -54,16 +54,6 @@ bool in_layout(const View& v, bool nhwc) {
   return tensor_dims(v, nhwc) && (nhwc ? v.is_channels_last() : v.is_contiguous());
 }
 
-// v's shape with the dense strides of (N, C, H, W) in memory or channels last; no data.
-View dense_layout(const View& v, bool last) {
-  View d = v;
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-  d.strides = last ? std::vector<int64_t>{H * W * C, 1, W * C, C} : std::vector<int64_t>{C * H * W, H * W, W, 1};
-  d.derived = nullptr;
-  d.data = nullptr;
-  return d;
-}
-
 // A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
 View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last) {
   View d = dense_layout(v, last);
@@ -414,26 +404,23 @@ void run_conv(ConvDirection d, const View& x, const View& w, const View& y, cons
     if (!call) call.emplace(x, w, y, pad, p, tf32, nhwc);
     return *call;
   };
-  // f64 (gradient checks, not speed) stays on cuDNN.
-  const bool has_gemm = x.dtype != DType::f64 && conv1x1_gemm_applies(d, x, w, y, p, nhwc);
   const auto gemm = [&] { conv1x1_gemm(d, x, w, y, p, nhwc, tf32); };
   const Chosen c = choose(key, x, w, [&](void* ws, size_t limit, Candidates& found) {
     if (const auto spec = conv_graph_spec(d, x, w, y, p, nhwc)) graph_find(*spec, h, x, w, y, tf32, ws, limit, found);
     if (search_legacy(key.dtype, tf32, found.list.data(), static_cast<int>(found.list.size()), limit))
       legacy_find(d, h, legacy_call(), x, w, y, ws, limit, found);
-    if (has_gemm) {
-      const bool copies = conv1x1_gemm_copies(d, x, w, y, p, nhwc);
-      gemm_find(gemm, key.dtype, tf32, copies ? static_cast<size_t>(x.numel() + y.numel()) * dtype_size(x.dtype) : 0,
+    // f64 (gradient checks, not speed) stays on cuDNN.
+    const Conv1x1Gemm route = x.dtype == DType::f64 ? Conv1x1Gemm::none : conv1x1_gemm_route(d, x, w, y, p, nhwc);
+    if (route != Conv1x1Gemm::none)
+      gemm_find(gemm, key.dtype, tf32,
+                route == Conv1x1Gemm::via_channels_last ? static_cast<size_t>(x.numel() + y.numel()) * dtype_size(x.dtype)
+                                                         : 0,
                 found);
-    }
   });
   if (c.none)
     throw NoAlgorithm(std::string("cuda ") + op + ": cuDNN has no algorithm for x " + shape_str(x.shape) +
                       " w " + shape_str(w.shape) + " " + dtype_name(x.dtype) + " (candidates: " + c.why + ")");
-  if (c.candidate.source == ConvSource::gemm) {
-    assert(has_gemm);  // follows from the key
-    return gemm();
-  }
+  if (c.candidate.source == ConvSource::gemm) return gemm();  // its route follows from the key
   DeviceBuffer workspace(c.candidate.workspace);
   if (c.plan) execute(h, *c.plan, x.data, w.data, y.data, workspace.data());
   else legacy_run(d, h, legacy_call(), c, x, w, y, workspace.data());

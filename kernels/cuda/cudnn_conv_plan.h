@@ -50,6 +50,17 @@ struct TensorDims {
   bool operator==(const TensorDims&) const = default;
 };
 
+// v's shape with the dense strides of (N, C, H, W) in memory or channels last; no data.
+inline View dense_layout(const View& v, bool last) {
+  View d = v;
+  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
+  d.strides = last ? Shape{H * W * C, 1, W * C, C} : Shape{C * H * W, H * W, W, 1};
+  d.layout = MemoryLayout::strided;
+  d.derived = nullptr;
+  d.data = nullptr;
+  return d;
+}
+
 // A view both contiguous and channels-last (size-1 dims: C = 1, or H = W = 1) is described in
 // the layout `prefer_nhwc` names: the same memory either way, and cuDNN has more algorithms
 // where every operand of a call is described in one layout.
