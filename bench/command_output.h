@@ -1,7 +1,11 @@
 // Runs a helper program (the PyTorch scripts the benchmarks compare against) and hands back
-// what it printed, so that each benchmark reads the JSON it wants from it.
+// what it printed, so that each benchmark reads the JSON it wants from it: once per command,
+// or from a helper kept running that answers one line per request.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -10,5 +14,29 @@ namespace ringflow::bench {
 // The standard output of `command` (run by the shell) when it exits with status 0; nullopt
 // otherwise, the command, its status and its output printed to stderr after "`who`: ".
 std::optional<std::string> command_output(const std::string& command, const std::string& who);
+
+// `command` (run by the shell) kept running: each request is a line on its standard input,
+// read back as lines of its standard output; its standard error is ours. Closing its input
+// (the destructor) tells it to end; the destructor then waits for it.
+class Coprocess {
+ public:
+  Coprocess(const std::string& command, std::string who);
+  ~Coprocess();
+  Coprocess(const Coprocess&) = delete;
+  Coprocess& operator=(const Coprocess&) = delete;
+
+  // Writes `line` and a newline; false (the reason on stderr) where the helper has ended.
+  bool send(const std::string& line);
+  // Its next line of output without the newline, or nullopt where it ended first (its exit
+  // status on stderr).
+  std::optional<std::string> read_line();
+
+ private:
+  std::string command_, who_;
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;    // its standard input
+  FILE* from_ = nullptr;  // its standard output
+  int wait();             // its exit status, once
+};
 
 }  // namespace ringflow::bench

@@ -14,13 +14,23 @@ synchronisation, as in ringflow's; --tf32 sets both cuBLAS's and cuDNN's TF32 sw
 (otherwise both are off), and cudnn.benchmark is on. --precision bf16 (fp16) runs forward and
 the loss under torch.autocast to bfloat16 (float16; with a GradScaler), backward outside it,
 as ringflow's --precision.
+
+--serve answers runs read from standard input, one per line in the flags above (--json
+implied), with one JSON line each ({"error": ...} for a run that failed): bench/train_step
+keeps one such process for a whole GPU run, so that its start (the imports, CUDA's context,
+cuDNN's and cuBLAS's libraries) is paid once, not per run. Each answer says where its seconds
+went; the first also gives the imports' (start_s).
 """
-import argparse
+import time
+
+STARTED = time.perf_counter()  # the imports below are the first answer's start_s
+import argparse  # noqa: E402 (and the imports below)
+import gc
 import json
 import os
+import shlex
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +38,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "fixtures"))
 from torch_models import BasicBlock, CifarResNet, CifarVGG, SmallCnn  # noqa: E402
+
+IMPORTED = time.perf_counter()
 
 def torchvision_resnet50():
     import torchvision  # not in Debian's python3-torch; there on the GPU machines
@@ -42,10 +54,10 @@ MODELS = {
 }
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True, choices=sorted(MODELS))
-    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--model", choices=sorted(MODELS), help="required but with --serve")
+    ap.add_argument("--batch", type=int, help="required but with --serve")
     ap.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
@@ -58,8 +70,22 @@ def main():
                     help="the model's and the input's (torch.channels_last: NHWC activations)")
     ap.add_argument("--tf32", action="store_true",
                     help="CUDA: f32 matmuls and convolutions on TF32 tensor cores")
-    args = ap.parse_args()
+    ap.add_argument("--serve", action="store_true",
+                    help="answer the runs given on standard input, one per line (see above)")
+    return ap
 
+
+def parse(ap, argv):
+    """A run's flags; exits (SystemExit) saying why where they are wrong."""
+    args = ap.parse_args(argv)
+    if not args.serve and (args.model is None or args.batch is None):
+        ap.error("--model and --batch are required (or --serve)")
+    return args
+
+
+def run(args):
+    """One run's medians (and where its seconds went) as a dict."""
+    begin = time.perf_counter()
     device = torch.device(args.device)
     if device.type == "cuda":
         # Explicit both ways: cuDNN's TF32 is on by default in PyTorch, cuBLAS's off.
@@ -89,7 +115,11 @@ def main():
                   else torch.cuda.amp.GradScaler())
 
     fwd, bwd, optim, step = [], [], [], []
+    made = now()
+    timed = made
     for i in range(args.warmup + args.steps):
+        if i == args.warmup:
+            timed = now()
         t0 = now()
         with torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None):
             loss = F.cross_entropy(model(x), y)
@@ -116,7 +146,49 @@ def main():
            "memory_format": args.memory_format,
            "torch": torch.__version__, "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
            "forward_ms": med(fwd), "backward_ms": med(bwd), "optimizer_ms": med(optim),
-           "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3)}
+           "step_ms": med(step), "images_per_s": args.batch / (med(step) / 1e3),
+           # Seconds: the model and data made (and CUDA's context, in a process's first run), the
+           # warm-up steps (cudnn.benchmark's searches), the timed steps.
+           "setup_s": made - begin, "warmup_s": timed - made, "timed_s": now() - timed}
+    return out
+
+
+def release(device):
+    """The memory of the run before goes back to the device, as it would with a process each."""
+    gc.collect()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def serve(ap):
+    first = True
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            args = parse(ap, shlex.split(line))
+            if args.serve:
+                ap.error("--serve in a request")
+            out = run(args)
+            if first:
+                out["start_s"] = IMPORTED - STARTED
+                first = False
+        except SystemExit:  # argparse said why on stderr
+            out = {"error": f"bad request: {line.strip()}"}
+            args = None
+        except Exception as e:  # noqa: BLE001 - the caller gets the reason, the server goes on
+            out = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps(out), flush=True)
+        release(args.device if args else "cpu")
+
+
+def main():
+    ap = parser()
+    args = parse(ap, sys.argv[1:])
+    if args.serve:
+        serve(ap)
+        return
+    out = run(args)
     if args.json:
         print(json.dumps(out))
     else:

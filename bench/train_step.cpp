@@ -17,11 +17,11 @@
 // auto, AVX-512) do fewer multiplications than these direct-convolution counts, so the
 // GFLOP/s column is then "effective" and can pass 100% of the ceiling.
 //
-// PyTorch: bench/torch_reference.py (same models, threads, synthetic data and optimizer) is
-// run as a subprocess with Debian's /usr/bin/python3 per row, twice on the CPU: as installed,
-// and with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-// (glibc then stops unmapping its large buffers every step). The ratio is ringflow's step time
-// over the faster of the two.
+// PyTorch: bench/torch_reference.py (same models, threads, synthetic data and optimizer) run
+// by Debian's /usr/bin/python3 (--python), on the CPU in a process per run and twice: as
+// installed, and with GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
+// (glibc then stops unmapping its large buffers every step); the ratio is ringflow's step time
+// over the faster of the two. On a GPU one process answers every run (TorchReference).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +43,7 @@
 #include "ringflow/bench/command_output.h"
 #include "ringflow/framework/op_profile.h"
 #include "ringflow/framework/ringflow.h"
+#include "ringflow/kernels/cuda_memory.h"
 #include "ringflow/kernels/cudnn_choices.h"
 #include "ringflow/models/registry.h"
 #include "ringflow/models/vgg.h"
@@ -305,30 +306,54 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
   return {median(fwd), median(bwd), median(opt), median(step)};
 }
 
-// bench/torch_reference.py's JSON line, or nullopt (with the reason on stderr).
-std::optional<nlohmann::json> run_torch(const std::string& name, int64_t batch,
-                                        DType precision, const Flags& f, bool tunable,
-                                        bool channels_last) {
-  const std::string cmd = fmt::format(
-      "{}{} '{}' --model {} --batch {} --precision {} --threads {} --steps {} --warmup {} "
-      "--device {}{} --memory-format {} --json",
-      tunable ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "", f.python, f.torch_script, name,
-      batch, precision_name(precision), num_threads(), f.steps, f.warmup, f.device.str(),
-      f.tf32 ? " --tf32" : "",
-      channels_last ? "channels_last" : "contiguous");
-  const std::optional<std::string> out = bench::command_output(cmd, "train_step");
-  const size_t begin = out ? out->rfind('{') : std::string::npos;
-  if (begin == std::string::npos) {
-    if (out) fmt::print(stderr, "train_step: `{}` printed no JSON:\n{}\n", cmd, *out);
+// PyTorch's side: bench/torch_reference.py --serve, asked for one run at a time. On a GPU one
+// process answers every run of the row list (its start, the imports and CUDA's context and
+// libraries, is paid once); on the CPU each run has a process of its own, as each had before:
+// glibc's heap would otherwise carry over from run to run.
+class TorchReference {
+ public:
+  TorchReference(const Flags& f, bool tunable) : f_(f), tunable_(tunable) {}
+
+  // The run's JSON answer, or nullopt (the reason on stderr).
+  std::optional<nlohmann::json> run(const std::string& name, int64_t batch, DType precision, bool channels_last) {
+    const std::string request = fmt::format(
+        "--model {} --batch {} --precision {} --threads {} --steps {} --warmup {} --device {}{} --memory-format {}",
+        name, batch, precision_name(precision), num_threads(), f_.steps, f_.warmup, f_.device.str(),
+        f_.tf32 ? " --tf32" : "", channels_last ? "channels_last" : "contiguous");
+    if (!server_)
+      server_.emplace(fmt::format("{}{} '{}' --serve", tunable_ ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "",
+                                  f_.python, f_.torch_script),
+                      "train_step");
+    if (f_.device.is_cuda()) cuda_empty_cache();  // ringflow's cached blocks go back to the device for PyTorch
+    std::optional<nlohmann::json> answer = ask(request);
+    if (!answer || f_.device.is_cpu()) server_.reset();  // a failed server is started anew
+    return answer;
+  }
+
+ private:
+  const Flags& f_;
+  bool tunable_;
+  std::optional<bench::Coprocess> server_;
+
+  std::optional<nlohmann::json> ask(const std::string& request) {
+    if (!server_->send(request)) return std::nullopt;
+    while (std::optional<std::string> line = server_->read_line()) {
+      if (!line->starts_with('{')) {  // PyTorch's own chatter: passed on
+        fmt::print(stderr, "{}\n", *line);
+        continue;
+      }
+      try {
+        nlohmann::json j = nlohmann::json::parse(*line);
+        if (!j.contains("error")) return j;
+        fmt::print(stderr, "train_step: PyTorch's run `{}` failed: {}\n", request, j["error"].get<std::string>());
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "train_step: PyTorch's run `{}`: bad JSON ({}): {}\n", request, e.what(), *line);
+      }
+      return std::nullopt;
+    }
     return std::nullopt;
   }
-  try {
-    return nlohmann::json::parse(out->substr(begin));
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "train_step: `{}`: bad JSON ({}):\n{}\n", cmd, e.what(), *out);
-    return std::nullopt;
-  }
-}
+};
 
 struct Row {
   std::string model;
@@ -523,6 +548,7 @@ int main(int argc, char** argv) {
     // The CPU's sgemm ceiling means nothing for a GPU run: NaN there prints as "nan%".
     const double ceiling = device.is_cpu() ? bench::sgemm_ceiling_gflops() : NAN;
     if (!f.json) print_header(ceiling, f);
+    TorchReference torch(f, /*tunable=*/false), torch_tunable(f, /*tunable=*/true);
     for (const auto& [m, b] : rows) {
       for (const DType prec : f.precisions) {
         Row r;
@@ -543,14 +569,14 @@ int main(int argc, char** argv) {
           }
           if (f.no_torch) continue;
           const bool cl = f.memory_format == MemoryFormat::nhwc;
-          keep_faster(r.torch, timed(r.wall_s, "torch", [&] { return run_torch(m, b, prec, f, false, cl); }));
+          keep_faster(r.torch, timed(r.wall_s, "torch", [&] { return torch.run(m, b, prec, cl); }));
           // glibc's malloc settings matter for PyTorch's CPU tensors, not for CUDA's allocator.
           if (device.is_cpu())
             keep_faster(r.torch_tunable,
-                        timed(r.wall_s, "torch_malloc_tunable", [&] { return run_torch(m, b, prec, f, true, cl); }));
+                        timed(r.wall_s, "torch_malloc_tunable", [&] { return torch_tunable.run(m, b, prec, cl); }));
           if (f.torch_channels_last)
             keep_faster(r.torch_cl,
-                        timed(r.wall_s, "torch_channels_last", [&] { return run_torch(m, b, prec, f, false, true); }));
+                        timed(r.wall_s, "torch_channels_last", [&] { return torch.run(m, b, prec, true); }));
         }
         f.json ? print_json(r, ceiling, f) : print_row(r, ceiling, f);
       }

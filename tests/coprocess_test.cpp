@@ -1,0 +1,47 @@
+// bench::Coprocess, the helper kept running that answers a line per request (train_step's
+// PyTorch side on a GPU): answers in order, a helper that ended says so instead of hanging or
+// killing the caller with SIGPIPE, the destructor waits for it.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "ringflow/bench/command_output.h"
+
+using ringflow::bench::Coprocess;
+
+TEST_CASE("a coprocess answers each request in order, passing chatter through as lines") {
+  Coprocess echo(R"(while read -r line; do echo "note"; echo "got $line"; done)", "coprocess_test");
+  for (const std::string request : {"first", "second request", ""}) {
+    REQUIRE(echo.send(request));
+    CHECK(echo.read_line() == std::optional<std::string>("note"));
+    CHECK(echo.read_line() == std::optional<std::string>("got " + request));
+  }
+}
+
+TEST_CASE("a coprocess that ended gives no line and refuses requests, without SIGPIPE") {
+  Coprocess once("read -r line; echo \"only $line\"; exit 3", "coprocess_test");
+  REQUIRE(once.send("one"));
+  CHECK(once.read_line() == std::optional<std::string>("only one"));
+  CHECK_FALSE(once.read_line().has_value());  // ended: status 3 on stderr
+  CHECK_FALSE(once.send("two"));
+  CHECK_FALSE(once.read_line().has_value());
+}
+
+TEST_CASE("a request to a helper that closed its input fails without SIGPIPE") {
+  Coprocess deaf("exec <&-; echo closed; sleep 1", "coprocess_test");
+  REQUIRE(deaf.read_line() == std::optional<std::string>("closed"));
+  CHECK_FALSE(deaf.send("anyone?"));  // EPIPE: this process would die of SIGPIPE otherwise
+}
+
+TEST_CASE("a coprocess that never starts its program ends at the first read") {
+  Coprocess missing("/nonexistent/helper --serve", "coprocess_test");
+  // The shell may still be reading when the line goes: sending can succeed or not.
+  (void)missing.send("request");
+  CHECK_FALSE(missing.read_line().has_value());
+}
+
+TEST_CASE("a last line without its newline is still a line") {
+  Coprocess printf_helper("printf 'no newline'", "coprocess_test");
+  CHECK(printf_helper.read_line() == std::optional<std::string>("no newline"));
+  CHECK_FALSE(printf_helper.read_line().has_value());
+}
