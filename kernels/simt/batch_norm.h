@@ -602,23 +602,20 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       using T = decltype(tag);
       using A = acc_t<T>;
       const DenseWalk walk = dense_walk(x, layout);
-      // Phase 1 reads a pack of channels (rows) or of a plane's elements per access where they
-      // allow it.
-      const bool packs = packs_fit<T>(walk.pack_divisor, {x.data});
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* chunk_mean = scratch.take(cc.chunks * C);
       A* chunk_m2 = scratch.take(cc.chunks * C);
       const NormCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C)};
-      if (walk.channel.planes && packs)
-        exec.rows(cc.chunks * C, PlaneMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
-      else if (walk.channel.planes)
-        exec.rows(cc.chunks * C, PlaneMomentsBody<T, 1>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
-      else if (packs)
-        exec.elementwise(cc.chunks * C / kPack<T>,
-                         ChunkMomentsBody<T, kPack<T>>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
-      else
-        exec.elementwise(cc.chunks * C, ChunkMomentsBody<T, 1>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
+      // Phase 1 reads a pack of channels (rows) or of a plane's elements per access where they
+      // allow it.
+      with_pack<T>(walk.pack_divisor, {x.data}, [&](auto pack) {
+        constexpr int V = decltype(pack)::value;
+        if (walk.channel.planes)
+          exec.rows(cc.chunks * C, PlaneMomentsBody<T, V>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+        else
+          exec.elementwise(cc.chunks * C / V, ChunkMomentsBody<T, V>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
+      });
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       const T* r = residual ? residual->ptr<const T>() : nullptr;
       with_pack<T>(walk.pack_divisor, {y.data, x.data, r}, [&](auto pack) {
@@ -682,24 +679,20 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       using A = acc_t<T>;
       const T* yp = y ? y->ptr<const T>() : nullptr;
       const DenseWalk walk = dense_walk(x, layout);
-      const bool packs = packs_fit<T>(walk.pack_divisor, {dy.data, x.data, yp});
       const ChannelChunks& cc = walk.chunks;
       Scratch<Exec, A> scratch;
       A* sum_dz = scratch.take(cc.chunks * C);
       A* sum_dz_xmu = scratch.take(cc.chunks * C);
       const GradCoefficients<A> k{scratch.take(C), scratch.take(C), scratch.take(C), scratch.take(C)};
-      if (walk.channel.planes && packs)
-        exec.rows(cc.chunks * C, PlaneGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk,
-                                                                m, sum_dz, sum_dz_xmu});
-      else if (walk.channel.planes)
-        exec.rows(cc.chunks * C,
-                  PlaneGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m, sum_dz, sum_dz_xmu});
-      else if (packs)
-        exec.elementwise(cc.chunks * C / kPack<T>, ChunkGradSumsBody<T, kPack<T>>{dy.ptr<const T>(), x.ptr<const T>(),
-                                                                                 yp, cc, m, sum_dz, sum_dz_xmu});
-      else
-        exec.elementwise(cc.chunks * C,
-                         ChunkGradSumsBody<T, 1>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m, sum_dz, sum_dz_xmu});
+      with_pack<T>(walk.pack_divisor, {dy.data, x.data, yp}, [&](auto pack) {
+        constexpr int V = decltype(pack)::value;
+        if (walk.channel.planes)
+          exec.rows(cc.chunks * C, PlaneGradSumsBody<T, V>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
+                                                           sum_dz, sum_dz_xmu});
+        else
+          exec.elementwise(cc.chunks * C / V, ChunkGradSumsBody<T, V>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m,
+                                                                      sum_dz, sum_dz_xmu});
+      });
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
       with_pack<T>(walk.pack_divisor, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
