@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -325,10 +327,10 @@ const char* direction_name(ConvDirection d) {
                                                                                       : "backward-filter";
 }
 
-// "forward bf16 x (256, 64, 32, 32) nhwc w (128, 64, 3, 3): graph engine 12 tensor-ops ... (best
-// legacy: algo 1 ...; 11 candidates)"; `limit`: the workspace the search had.
+// "forward bf16 x (256, 64, 32, 32) nhwc w (128, 64, 3, 3): graph engine 12 #1 tensor-ops ... (best
+// legacy: algo 1 ...); 11 candidates in 85 ms"; `limit`: the workspace the search had, `ms` its time.
 std::string choice_line(const ConvKey& key, const View& x, const View& w, const Chosen& c,
-                        const Candidates& found, size_t limit) {
+                        const Candidates& found, size_t limit, double ms) {
   const bool nhwc = key.w_layout == FilterLayout::nhwc;  // every operand is in the call's layout
   std::string line = std::string(direction_name(key.direction)) + " " + dtype_name(key.dtype) +
                      (key.tf32 && key.dtype == DType::f32 ? " tf32" : "") + " x " + shape_str(x.shape) +
@@ -345,7 +347,7 @@ std::string choice_line(const ConvKey& key, const View& x, const View& w, const 
     const char* name = other == ConvSource::graph ? "graph" : other == ConvSource::gemm ? "gemm" : "legacy";
     line += best ? " (best " + std::string(name) + ": " + describe_candidate(*best) + ")" : "";
   }
-  line += "; " + std::to_string(found.list.size()) + " candidates";
+  line += "; " + std::to_string(found.list.size()) + " candidates in " + std::to_string(std::lround(ms)) + " ms";
   return found.graph_error.empty() ? line : line + "; graph API: " + found.graph_error;
 }
 
@@ -363,10 +365,12 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   const size_t wanted = cudnn_workspace_limit();
   const size_t limit = std::min(wanted, free_bytes / 2);
   Candidates found;
+  const auto start = std::chrono::steady_clock::now();
   {
     DeviceBuffer workspace(limit);
     search(workspace.data(), limit, found);
   }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   Chosen chosen;
   const auto best = choose_algorithm(found.list.data(), static_cast<int>(found.list.size()), key.dtype,
                                      key.tf32, limit);
@@ -383,7 +387,7 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   // found nothing: a later call searches again.
   if (best || limit == wanted) {
     cache.chosen.emplace(key, chosen);
-    cache.lines.push_back(choice_line(key, x, w, chosen, found, limit));
+    cache.lines.push_back(choice_line(key, x, w, chosen, found, limit, ms));
   }
   return chosen;
 }

@@ -257,7 +257,9 @@ inline std::optional<ConvGraphSpec> conv_graph_spec(ConvDirection direction, con
 // One candidate in words: "graph engine 12 tensor-ops 1048576 B 0.412 ms", "algo 1 fma failed".
 inline std::string describe_candidate(const ConvCandidate& c) {
   const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
-  std::string out = c.source == ConvSource::graph  ? "graph engine " + std::to_string(c.engine)
+  // A graph engine's place in the heuristics' order among those tried (#1: their first choice).
+  std::string out = c.source == ConvSource::graph  ? "graph engine " + std::to_string(c.engine) + " #" +
+                                                        std::to_string(c.index + 1)
                     : c.source == ConvSource::gemm ? std::string("cublas gemm")
                                                    : "algo " + std::to_string(c.algo);
   out += std::string(" ") + math + " ";
