@@ -1,6 +1,7 @@
 #include "ringflow/bench/command_output.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <stdexcept>
 
 #include <fmt/core.h>
@@ -36,34 +38,61 @@ std::optional<std::string> command_output(const std::string& command, const std:
   return out;
 }
 
+namespace {
+
+// Closes what is open of fds.
+void close_all(std::initializer_list<int> fds) {
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
 Coprocess::Coprocess(const std::string& command, std::string who) : command_(command), who_(std::move(who)) {
-  // A helper that died must not kill us with SIGPIPE on the next request: send() says so instead.
+  // A helper that died must not kill us with SIGPIPE on the next request: send() says so
+  // instead. Process-wide; the helper itself gets the default back (below).
   std::signal(SIGPIPE, SIG_IGN);
   std::fflush(stdout);
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("{}: pipe: cannot run {}", who_, command));
-  if (::pipe2(out, O_CLOEXEC) != 0) {
-    ::close(in[0]);
-    ::close(in[1]);
-    throw std::runtime_error(fmt::format("{}: pipe: cannot run {}", who_, command));
-  }
+  int in[2] = {-1, -1}, out[2] = {-1, -1};
+  const auto fail = [&](const char* what) {
+    close_all({in[0], in[1], out[0], out[1]});
+    return std::runtime_error(fmt::format("{}: cannot run `{}`: {} failed", who_, command_, what));
+  };
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) throw fail("pipe2");
   posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);  // dup2 clears O_CLOEXEC
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
-  const int failed = ::posix_spawn(&pid_, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
+  posix_spawnattr_t attr;
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  // An ignored signal stays ignored across exec: without SIGDEF the helper would not die when
+  // we stop reading, and could write into a closed pipe forever.
+  int failed = posix_spawn_file_actions_init(&actions);
+  failed = failed ? failed : posix_spawnattr_init(&attr);
+  failed = failed ? failed : posix_spawnattr_setsigdefault(&attr, &pipe_signal);
+  failed = failed ? failed : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  // dup2 clears O_CLOEXEC on the copies.
+  failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  const char* argv[] = {"sh", "-c", command_.c_str(), nullptr};
+  failed = failed ? failed : ::posix_spawn(&pid_, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
   posix_spawn_file_actions_destroy(&actions);
-  ::close(in[0]);
-  ::close(out[1]);
+  posix_spawnattr_destroy(&attr);
   if (failed != 0) {
     pid_ = -1;
-    ::close(in[1]);
-    ::close(out[0]);
-    throw std::runtime_error(fmt::format("{}: cannot run {}", who_, command));
+    throw fail("posix_spawn");
   }
+  close_all({in[0], out[1]});
+  in[0] = out[1] = -1;
   to_ = ::fdopen(in[1], "w");
-  from_ = ::fdopen(out[0], "r");
+  if (to_) in[1] = -1;
+  from_ = to_ ? ::fdopen(out[0], "r") : nullptr;
+  if (!from_) {
+    if (to_) std::fclose(to_);
+    to_ = nullptr;
+    close_all({in[1], out[0]});  // its input closed: the helper ends
+    wait();
+    throw std::runtime_error(fmt::format("{}: cannot run `{}`: fdopen failed", who_, command_));
+  }
 }
 
 Coprocess::~Coprocess() {
@@ -75,9 +104,11 @@ Coprocess::~Coprocess() {
 int Coprocess::wait() {
   if (pid_ < 0) return -1;
   int status = 0;
-  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  pid_t got;
+  while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
   }
   pid_ = -1;
+  if (got < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -97,7 +128,7 @@ std::optional<std::string> Coprocess::read_line() {
   if (pid_ < 0) return std::nullopt;  // said so before
   std::fclose(to_);  // an end of input ends the helper if only its output was closed
   to_ = nullptr;
-  fmt::print(stderr, "{}: `{}` ended (status {}) before answering\n", who_, command_, wait());
+  fmt::print(stderr, "{}: `{}` ended (status {}), no line left to read\n", who_, command_, wait());
   return std::nullopt;
 }
 

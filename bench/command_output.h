@@ -17,7 +17,9 @@ std::optional<std::string> command_output(const std::string& command, const std:
 
 // `command` (run by the shell) kept running: each request is a line on its standard input,
 // read back as lines of its standard output; its standard error is ours. Closing its input
-// (the destructor) tells it to end; the destructor then waits for it.
+// (the destructor) tells it to end; the destructor then waits for it (no deadline: a helper
+// that ignores the end of its input keeps the caller waiting). The first Coprocess makes this
+// process ignore SIGPIPE, so that a helper that died gives an error, not our death.
 class Coprocess {
  public:
   Coprocess(const std::string& command, std::string who);

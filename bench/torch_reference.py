@@ -19,7 +19,7 @@ as ringflow's --precision.
 implied), with one JSON line each ({"error": ...} for a run that failed): bench/train_step
 keeps one such process for a whole GPU run, so that its start (the imports, CUDA's context,
 cuDNN's and cuBLAS's libraries) is paid once, not per run. Each answer says where its seconds
-went; the first also gives the imports' (start_s).
+went; the first also gives the imports' (start_s, from the script's first line).
 """
 import time
 
@@ -54,8 +54,8 @@ MODELS = {
 }
 
 
-def parser():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(add_help=True):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=add_help)
     ap.add_argument("--model", choices=sorted(MODELS), help="required but with --serve")
     ap.add_argument("--batch", type=int, help="required but with --serve")
     ap.add_argument("--threads", type=int, default=0, help="0: PyTorch's default")
@@ -160,24 +160,25 @@ def release(device):
         torch.cuda.empty_cache()
 
 
-def serve(ap):
+def serve():
+    ap = parser(add_help=False)  # a request's --help would print into the answers
     first = True
     for line in sys.stdin:
         if not line.strip():
             continue
+        args = None
         try:
             args = parse(ap, shlex.split(line))
             if args.serve:
                 ap.error("--serve in a request")
             out = run(args)
-            if first:
-                out["start_s"] = IMPORTED - STARTED
-                first = False
         except SystemExit:  # argparse said why on stderr
             out = {"error": f"bad request: {line.strip()}"}
-            args = None
         except Exception as e:  # noqa: BLE001 - the caller gets the reason, the server goes on
             out = {"error": f"{type(e).__name__}: {e}"}
+        if first:
+            out["start_s"] = IMPORTED - STARTED
+            first = False
         print(json.dumps(out), flush=True)
         release(args.device if args else "cpu")
 
@@ -186,7 +187,7 @@ def main():
     ap = parser()
     args = parse(ap, sys.argv[1:])
     if args.serve:
-        serve(ap)
+        serve()
         return
     out = run(args)
     if args.json:

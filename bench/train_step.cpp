@@ -60,6 +60,11 @@ enum class CudaGraphs { off, on, both };
 const ringflow::apps::Choices<CudaGraphs> kCudaGraphs = {
     {"off", CudaGraphs::off}, {"on", CudaGraphs::on}, {"both", CudaGraphs::both}};
 
+// --torch-processes: PyTorch's runs each in a process of their own, or all in one.
+enum class TorchProcesses { automatic, one, per_run };
+const ringflow::apps::Choices<TorchProcesses> kTorchProcesses = {
+    {"auto", TorchProcesses::automatic}, {"one", TorchProcesses::one}, {"per-run", TorchProcesses::per_run}};
+
 struct Flags {
   std::vector<std::string> models;
   std::vector<int64_t> batches;
@@ -76,6 +81,7 @@ struct Flags {
   bool tf32 = false;
   int64_t cudnn_workspace_mb = 1024;
   bool no_torch = false;
+  TorchProcesses torch_processes = TorchProcesses::automatic;
   bool profile_ops = false;
   bool json = false;
   std::string python = "/usr/bin/python3";
@@ -309,33 +315,50 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
 // PyTorch's side: bench/torch_reference.py --serve, asked for one run at a time. On a GPU one
 // process answers every run of the row list (its start, the imports and CUDA's context and
 // libraries, is paid once); on the CPU each run has a process of its own, as each had before:
-// glibc's heap would otherwise carry over from run to run.
+// glibc's heap would otherwise carry over from run to run (--torch-processes).
 class TorchReference {
  public:
-  TorchReference(const Flags& f, bool tunable) : f_(f), tunable_(tunable) {}
+  TorchReference(const Flags& f, bool tunable)
+      : f_(f), tunable_(tunable),
+        one_(f.torch_processes == TorchProcesses::one ||
+             (f.torch_processes == TorchProcesses::automatic && f.device.is_cuda())) {}
 
   // The run's JSON answer, or nullopt (the reason on stderr).
   std::optional<nlohmann::json> run(const std::string& name, int64_t batch, DType precision, bool channels_last) {
+    const std::string layout = channels_last ? "channels_last" : "contiguous";
     const std::string request = fmt::format(
         "--model {} --batch {} --precision {} --threads {} --steps {} --warmup {} --device {}{} --memory-format {}",
         name, batch, precision_name(precision), num_threads(), f_.steps, f_.warmup, f_.device.str(),
-        f_.tf32 ? " --tf32" : "", channels_last ? "channels_last" : "contiguous");
+        f_.tf32 ? " --tf32" : "", layout);
     if (!server_)
       server_.emplace(fmt::format("{}{} '{}' --serve", tunable_ ? fmt::format("env GLIBC_TUNABLES={} ", kTunable) : "",
                                   f_.python, f_.torch_script),
                       "train_step");
     if (f_.device.is_cuda()) cuda_empty_cache();  // ringflow's cached blocks go back to the device for PyTorch
-    std::optional<nlohmann::json> answer = ask(request);
-    if (!answer || f_.device.is_cpu()) server_.reset();  // a failed server is started anew
+    bool healthy = true;
+    std::optional<nlohmann::json> answer = ask(request, healthy);
+    // An answer to another run than asked (a line of PyTorch's own that looked like JSON) would
+    // shift every later answer by one.
+    if (answer && (answer->value("model", "") != name || answer->value("batch", int64_t{-1}) != batch ||
+                   answer->value("precision", "") != precision_name(precision) ||
+                   answer->value("memory_format", "") != layout)) {
+      fmt::print(stderr, "train_step: PyTorch answered `{}` with another run: {}\n", request, answer->dump());
+      answer.reset();
+      healthy = false;
+    }
+    if (!healthy || !one_) server_.reset();  // a server that failed is started anew
     return answer;
   }
 
  private:
   const Flags& f_;
   bool tunable_;
+  bool one_;  // one process for every run
   std::optional<bench::Coprocess> server_;
 
-  std::optional<nlohmann::json> ask(const std::string& request) {
+  // The answer, or nullopt; `healthy` false where the server ended or answered other than JSON.
+  std::optional<nlohmann::json> ask(const std::string& request, bool& healthy) {
+    healthy = false;
     if (!server_->send(request)) return std::nullopt;
     while (std::optional<std::string> line = server_->read_line()) {
       if (!line->starts_with('{')) {  // PyTorch's own chatter: passed on
@@ -344,6 +367,7 @@ class TorchReference {
       }
       try {
         nlohmann::json j = nlohmann::json::parse(*line);
+        healthy = true;
         if (!j.contains("error")) return j;
         fmt::print(stderr, "train_step: PyTorch's run `{}` failed: {}\n", request, j["error"].get<std::string>());
       } catch (const std::exception& e) {
@@ -511,6 +535,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-torch", f.no_torch, "skip PyTorch");
+  ringflow::apps::add_choice(app, "--torch-processes", f.torch_processes, kTorchProcesses,
+                             "PyTorch's runs in one process (its start paid once) or a process per run "
+                             "(auto: one on a GPU, per-run on the CPU, where glibc's heap would carry over)");
   app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();

@@ -18,7 +18,7 @@ TEST_CASE("a coprocess answers each request in order, passing chatter through as
   }
 }
 
-TEST_CASE("a coprocess that ended gives no line and refuses requests, without SIGPIPE") {
+TEST_CASE("a coprocess that ended gives no line and refuses requests") {
   Coprocess once("read -r line; echo \"only $line\"; exit 3", "coprocess_test");
   REQUIRE(once.send("one"));
   CHECK(once.read_line() == std::optional<std::string>("only one"));
@@ -32,6 +32,12 @@ TEST_CASE("a request to a helper that closed its input fails without SIGPIPE") {
   REQUIRE(deaf.read_line() == std::optional<std::string>("closed"));
   CHECK_FALSE(deaf.send("anyone?"));  // EPIPE: this process would die of SIGPIPE otherwise
 }
+
+TEST_CASE("a helper that writes on after we stop reading dies of SIGPIPE: the destructor returns") {
+  // SIGPIPE is ignored here (the first Coprocess): the helper must get its default back.
+  Coprocess chatty("while :; do echo line; done", "coprocess_test");
+  CHECK(chatty.read_line() == std::optional<std::string>("line"));
+}  // a helper that ignored SIGPIPE would loop on EPIPE, and this test would hang
 
 TEST_CASE("a coprocess that never starts its program ends at the first read") {
   Coprocess missing("/nonexistent/helper --serve", "coprocess_test");

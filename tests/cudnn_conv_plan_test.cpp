@@ -179,8 +179,10 @@ TEST_CASE("graph engines: 16-bit takes tensor cores, f32 only with TF32, f64 nev
   CHECK(f32->math == ConvMath::fma);
   CHECK(cuda::choose_algorithm(all, 4, DType::f32, true, limit)->engine == 12);
   CHECK(cuda::describe_candidate(graph) == "graph engine 12 #1 tensor-ops 4096 B 0.500 ms");
-  graph.index = 2;
+  graph.rank = 2;
   CHECK(cuda::describe_candidate(graph) == "graph engine 12 #3 tensor-ops 4096 B 0.500 ms");
+  graph.fallback = true;
+  CHECK(cuda::describe_candidate(graph) == "graph engine 12 fallback #3 tensor-ops 4096 B 0.500 ms");
   CHECK(cuda::describe_candidate(ConvCandidate{3, false, ConvMath::fma, 0, 0}) == "algo 3 fma failed");
 }
 

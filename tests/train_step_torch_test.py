@@ -9,6 +9,7 @@ Skipped (77) without torch in /usr/bin/python3.
 import json
 import subprocess
 import sys
+import tempfile
 
 PYTHON = "/usr/bin/python3"
 RUN = "--model small_cnn --batch 4 --threads 1 --steps 1 --warmup 1"
@@ -31,22 +32,23 @@ def main():
         return 77
     failures = []
 
-    requests = ["--model nope --batch 4", RUN, "--serve", RUN + " --memory-format channels_last"]
+    requests = [RUN, "--model nope --batch 4", "--serve", RUN + " --memory-format channels_last", '--model "open']
     served = subprocess.run([PYTHON, script, "--serve"], input="\n".join(requests) + "\n", capture_output=True,
-                            text=True, timeout=300)
+                            text=True, timeout=120)
     answers = json_lines(served.stdout)
-    check(failures, served.returncode == 0 and len(answers) == 4, f"--serve answers each of 4 requests, exit 0 "
+    check(failures, served.returncode == 0 and len(answers) == 5, f"--serve answers each of 5 requests, exit 0 "
           f"(exit {served.returncode}, {len(answers)} answers)")
-    if len(answers) == 4:
-        check(failures, "error" in answers[0] and "error" in answers[2], "a bad request and --serve are errors")
-        check(failures, answers[1].get("step_ms", 0) > 0 and "start_s" in answers[1], "the first run is timed, "
+    if len(answers) == 5:
+        check(failures, all("error" in answers[i] for i in (1, 2, 4)),
+              "a bad request, --serve and unbalanced quotes are errors")
+        check(failures, answers[0].get("step_ms", 0) > 0 and "start_s" in answers[0], "the first run is timed, "
               "with the imports' seconds")
         check(failures, answers[3].get("memory_format") == "channels_last" and "start_s" not in answers[3],
               "a later run keeps its own flags; only the first answer counts the imports")
 
     run = subprocess.run([train_step, "--models", "small_cnn", "--batches", "8", "--threads", "1", "--steps", "1",
                           "--warmup", "1", "--torch-channels-last", "--json", "--torch-script", script],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=120)
     rows = json_lines(run.stdout)
     check(failures, run.returncode == 0 and len(rows) == 1, f"train_step: one row, exit 0 (exit {run.returncode})")
     if rows:
@@ -61,12 +63,38 @@ def main():
         # On the CPU each run is a process of its own: each answer counts its imports.
         check(failures, all("start_s" in (r.get(c) or {}) for c in expect), "CPU: a process per run")
 
+    # One process for every run (the GPU's default), here on the CPU: the imports counted once.
+    one = subprocess.run([train_step, "--models", "small_cnn", "--batches", "8", "--threads", "1", "--steps", "1",
+                          "--warmup", "1", "--rounds", "1", "--torch-channels-last", "--torch-processes", "one",
+                          "--json", "--torch-script", script], capture_output=True, text=True, timeout=120)
+    rows = json_lines(one.stdout)
+    check(failures, one.returncode == 0 and len(rows) == 1, f"--torch-processes one: a row (exit {one.returncode})")
+    if rows:
+        r = rows[0]
+        check(failures, (r.get("torch_channels_last") or {}).get("memory_format") == "channels_last"
+              and "start_s" in (r.get("torch") or {}) and "start_s" not in (r.get("torch_channels_last") or {}),
+              "--torch-processes one: the second run answered by the first run's process, as asked")
+
+    # A helper that answers with another run than asked (a stray JSON line): no such answer is taken.
+    with tempfile.NamedTemporaryFile("w", suffix=".py") as fake:
+        fake.write("import json, sys\n"
+                   "for line in sys.stdin:\n"
+                   "    print(json.dumps({'model': 'vgg11_cifar', 'batch': 8, 'precision': 'fp32',"
+                   " 'memory_format': 'contiguous', 'step_ms': 1.0}), flush=True)\n")
+        fake.flush()
+        stray = subprocess.run([train_step, "--models", "small_cnn", "--batches", "8", "--threads", "1", "--steps", "1",
+                                "--warmup", "0", "--rounds", "1", "--torch-processes", "one", "--json",
+                                "--torch-script", fake.name], capture_output=True, text=True, timeout=120)
+    rows = json_lines(stray.stdout)
+    check(failures, stray.returncode == 0 and len(rows) == 1 and rows[0]["torch"] is None
+          and "with another run" in stray.stderr, f"an answer for another run is refused (exit {stray.returncode})")
+
     broken = subprocess.run([train_step, "--models", "small_cnn", "--batches", "8", "--threads", "1", "--steps", "1",
                              "--warmup", "0", "--json", "--python", "/bin/false", "--torch-script", script],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=120)
     rows = json_lines(broken.stdout)
     check(failures, broken.returncode == 0 and len(rows) == 1 and rows[0]["torch"] is None
-          and "ended (status 1) before answering" in broken.stderr,
+          and "ended (status 1)" in broken.stderr,
           f"a Python that fails: empty PyTorch columns and why (exit {broken.returncode}; {broken.stderr.strip()[:200]})")
 
     print(f"{len(failures)} failed")

@@ -260,19 +260,24 @@ void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const
                 bool tf32, void* ws, size_t limit, Candidates& out) {
   std::shared_ptr<ConvOperationGraph> graph;
   std::vector<ConvEngineConfig> configs;
+  size_t instant = 0;  // configs[0, instant): the instant heuristics', then the fallback list's
   try {
     graph = build_conv_graph(spec, h);
     configs = heuristic_configs(*graph, CUDNN_HEUR_MODE_INSTANT, kInstantConfigs);
+    instant = configs.size();
     for (ConvEngineConfig& c : heuristic_configs(*graph, CUDNN_HEUR_MODE_FALLBACK, kFallbackConfigs))
       configs.push_back(std::move(c));
   } catch (const std::runtime_error& e) {
     out.graph_error = e.what();
     return;
   }
-  for (const ConvEngineConfig& config : configs) {
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const ConvEngineConfig& config = configs[i];
     ConvCandidate c;
     c.source = ConvSource::graph;
     c.engine = config.engine;
+    c.fallback = i >= instant;
+    c.rank = static_cast<int>(c.fallback ? i - instant : i);
     c.math = engine_math(config.notes);
     if (!engine_tried(config.notes) || !qualifies(c.math, spec.dtype, tf32)) continue;
     std::shared_ptr<ConvPlan> plan;
@@ -365,12 +370,13 @@ Chosen choose(const ConvKey& key, const View& x, const View& w,
   const size_t wanted = cudnn_workspace_limit();
   const size_t limit = std::min(wanted, free_bytes / 2);
   Candidates found;
-  const auto start = std::chrono::steady_clock::now();
+  double ms = 0;  // the search's, its workspace's allocation aside
   {
     DeviceBuffer workspace(limit);
+    const auto start = std::chrono::steady_clock::now();
     search(workspace.data(), limit, found);
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   Chosen chosen;
   const auto best = choose_algorithm(found.list.data(), static_cast<int>(found.list.size()), key.dtype,
                                      key.tf32, limit);

@@ -145,6 +145,10 @@ struct ConvCandidate {
   int index = 0;         // position in its source's list
   ConvSource source = ConvSource::legacy;
   int64_t engine = -1;   // graph: the engine's global index (for messages)
+  // graph: its place in the heuristics' list it came from (0: first), counting those not tried
+  // too, and whether that list was the fallback one (else the instant mode's).
+  int rank = 0;
+  bool fallback = false;
 };
 
 // Note [Which cuDNN kernels a convolution may take]: f32 without TF32 takes only kernels
@@ -257,9 +261,9 @@ inline std::optional<ConvGraphSpec> conv_graph_spec(ConvDirection direction, con
 // One candidate in words: "graph engine 12 tensor-ops 1048576 B 0.412 ms", "algo 1 fma failed".
 inline std::string describe_candidate(const ConvCandidate& c) {
   const char* math = c.math == ConvMath::fma ? "fma" : c.math == ConvMath::default_math ? "default" : "tensor-ops";
-  // A graph engine's place in the heuristics' order among those tried (#1: their first choice).
-  std::string out = c.source == ConvSource::graph  ? "graph engine " + std::to_string(c.engine) + " #" +
-                                                        std::to_string(c.index + 1)
+  // A graph engine's place in its heuristics' list ("#1": the instant heuristics' first choice).
+  std::string out = c.source == ConvSource::graph  ? "graph engine " + std::to_string(c.engine) +
+                                                        (c.fallback ? " fallback #" : " #") + std::to_string(c.rank + 1)
                     : c.source == ConvSource::gemm ? std::string("cublas gemm")
                                                    : "algo " + std::to_string(c.algo);
   out += std::string(" ") + math + " ";
