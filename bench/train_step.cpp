@@ -83,6 +83,7 @@ struct Flags {
   bool no_torch = false;
   TorchProcesses torch_processes = TorchProcesses::automatic;
   bool profile_ops = false;
+  bool profile_shapes = false;
   bool json = false;
   std::string python = "/usr/bin/python3";
   std::string torch_script = RINGFLOW_SOURCE_ROOT "/bench/torch_reference.py";
@@ -184,10 +185,10 @@ void print_op_times(const std::string& what, int steps) {
   double total = 0;
   for (const OpTime& o : ops) total += o.total_ms;
   fmt::print("ops of {}, per step, each waited for ({} steps; sum {:.1f} ms/step):\n", what, steps, total / steps);
-  fmt::print("  {:<30} {:>7} {:>9} {:>6}\n", "op", "calls", "ms", "share");
+  fmt::print("  {:>7} {:>9} {:>6}  {}\n", "calls", "ms", "share", "op");
   for (const OpTime& o : ops)
-    fmt::print("  {:<30} {:>7} {:>9.2f} {:>5.1f}%\n", o.op, o.calls / steps, o.total_ms / steps,
-               100 * o.total_ms / total);
+    fmt::print("  {:>7} {:>9.2f} {:>5.1f}%  {}\n", o.calls / steps, o.total_ms / steps, 100 * o.total_ms / total,
+               o.op);
   std::fflush(stdout);
 }
 
@@ -299,7 +300,7 @@ Phases time_ringflow(const std::string& name, int64_t batch, DType precision, co
   if (f.profile_ops) {
     constexpr int kSteps = 3;
     reset_op_times();
-    set_op_profiling(true);
+    set_op_profiling(true, f.profile_shapes);
     double ms[3];
     for (int i = 0; i < kSteps; ++i) run_step(ms);
     set_op_profiling(false);
@@ -538,7 +539,11 @@ int main(int argc, char** argv) {
   ringflow::apps::add_choice(app, "--torch-processes", f.torch_processes, kTorchProcesses,
                              "PyTorch's runs in one process (its start paid once) or a process per run "
                              "(auto: one on a GPU, per-run on the CPU, where glibc's heap would carry over)");
-  app.add_flag("--profile-ops", f.profile_ops, "after each row, 3 more steps with each kernel waited for: time per op");
+  CLI::Option* profile = app.add_flag("--profile-ops", f.profile_ops,
+                                      "after each row, 3 more steps with each kernel waited for: time per op");
+  app.add_flag("--profile-shapes", f.profile_shapes,
+               "--profile-ops per op and operand shapes (which layer), not per op alone")
+      ->needs(profile);
   app.add_flag("--json", f.json, "one JSON object per row");
   app.add_option("--python", f.python, "the Python that runs PyTorch")->capture_default_str();
   app.add_option("--torch-script", f.torch_script, "bench/torch_reference.py")->capture_default_str();

@@ -2,6 +2,7 @@
 // CPU tensors run on the oneDNN table unless a KernelTableGuard is alive on this thread.
 #pragma once
 
+#include <string>
 #include <utility>
 
 #include "ringflow/framework/error.h"
@@ -9,6 +10,7 @@
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/cuda_devices.h"
 #include "ringflow/kernels/device.h"
+#include "ringflow/kernels/view.h"
 
 namespace ringflow {
 
@@ -36,6 +38,30 @@ class ReferenceKernelsGuard : public KernelTableGuard {
   ReferenceKernelsGuard() : KernelTableGuard(reference_backend()) {}
 };
 
+// The profile's name of a call: the op's, and with op_profiling_by_shape() the dtype of its
+// first tensor operand and the shape of each, with its layout where not contiguous ("nhwc",
+// oneDNN's blocked "nChw16c", "strided").
+inline void add_operand(std::string& name, bool& first, const View& v) {
+  if (first) name += std::string(" ") + dtype_name(v.dtype);
+  first = false;
+  name += " " + shape_str(v.shape);
+  if (v.layout != MemoryLayout::strided) name += memory_layout_name(v.layout);
+  else if (!v.is_contiguous()) name += v.is_channels_last() ? "nhwc" : "strided";
+}
+inline void add_operand(std::string& name, bool& first, const View* v) {
+  if (v) add_operand(name, first, *v);
+}
+template <class T>
+void add_operand(std::string&, bool&, const T&) {}
+template <class... A>
+std::string profile_name(const char* op, const A&... args) {
+  std::string name = op;
+  if (!op_profiling_by_shape()) return name;
+  bool first = true;
+  (add_operand(name, first, args), ...);
+  return name;
+}
+
 // A kernel of a table, called with its device current (DeviceScope, kernels/cuda_devices.h).
 template <class Fn>
 struct KernelCall;
@@ -49,7 +75,7 @@ struct KernelCall<R (*)(Args...)> {
     const DeviceScope scope(device);
     if (!op_profiling()) [[likely]]
       return fn(std::forward<A>(args)...);
-    const OpTimer timer(device, op);
+    const OpTimer timer(device, profile_name(op, args...));
     return fn(std::forward<A>(args)...);
   }
 };

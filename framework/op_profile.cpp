@@ -10,7 +10,7 @@
 namespace ringflow {
 namespace {
 
-std::atomic<bool> enabled{false};
+std::atomic<bool> enabled{false}, shapes{false};
 
 struct Table {
   std::mutex mutex;
@@ -24,8 +24,12 @@ Table& table() {
 
 }  // namespace
 
-void set_op_profiling(bool on) { enabled.store(on, std::memory_order_relaxed); }
+void set_op_profiling(bool on, bool by_shape) {
+  shapes.store(by_shape, std::memory_order_relaxed);
+  enabled.store(on, std::memory_order_relaxed);
+}
 bool op_profiling() { return enabled.load(std::memory_order_relaxed); }
+bool op_profiling_by_shape() { return shapes.load(std::memory_order_relaxed); }
 
 std::vector<OpTime> op_times() {
   Table& t = table();
@@ -44,7 +48,7 @@ void reset_op_times() {
   t.ops.clear();
 }
 
-OpTimer::OpTimer(Device device, const char* op) : device_(device), op_(op) {
+OpTimer::OpTimer(Device device, std::string op) : device_(device), op_(std::move(op)) {
   synchronize(device_);
   start_ = std::chrono::steady_clock::now();
 }

@@ -19,8 +19,11 @@ struct OpTime {
   double total_ms = 0;
 };
 
-void set_op_profiling(bool on);
+// by_shape: each op's calls grouped by the shapes (and dtype) of their tensor operands too,
+// "conv2d_forward bf16 (256, 64, 32, 32) (256, 64, 32, 32) (64, 64, 3, 3)": which layer it is.
+void set_op_profiling(bool on, bool by_shape = false);
 bool op_profiling();
+bool op_profiling_by_shape();
 // The ops timed since the last reset, the most expensive first.
 std::vector<OpTime> op_times();
 void reset_op_times();
@@ -28,14 +31,14 @@ void reset_op_times();
 // Times one kernel call: waits for `device` now and again when it goes out of scope.
 class OpTimer {
  public:
-  OpTimer(Device device, const char* op);
+  OpTimer(Device device, std::string op);
   ~OpTimer();
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
  private:
   Device device_;
-  const char* op_;
+  std::string op_;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -257,3 +257,28 @@ TEST_CASE("op profiling counts each kernel call under its op's name, only while 
   reset_op_times();
   CHECK(op_times().empty());
 }
+
+TEST_CASE("op profiling by shape names each call's dtype and operand shapes") {
+  const Tensor a = seeded({4, 5}, 1), b = seeded({5}, 2), c = seeded({2, 3}, 3);
+  const Tensor nhwc = seeded({2, 3, 4, 5}, 4).channels_last();
+  reset_op_times();
+  set_op_profiling(true, /*by_shape=*/true);
+  (void)(a + b);
+  (void)(a + b);
+  (void)(c + c);
+  (void)(nhwc + nhwc);
+  set_op_profiling(false);
+  std::map<std::string, int64_t> calls;
+  for (const OpTime& t : op_times()) calls[t.op] = t.calls;
+  CHECK(calls.size() == 3);
+  CHECK(calls["add f64 (4, 5) (4, 5) (4, 5)strided"] == 2);  // out, a, b as the kernel sees them (broadcast)
+  CHECK(calls["add f64 (2, 3) (2, 3) (2, 3)"] == 1);
+  CHECK(calls["add f64 (2, 3, 4, 5)nhwc (2, 3, 4, 5)nhwc (2, 3, 4, 5)nhwc"] == 1);  // the output keeps the layout
+  reset_op_times();
+  set_op_profiling(true);  // by op again
+  (void)(a + b);
+  set_op_profiling(false);
+  REQUIRE(op_times().size() == 1);
+  CHECK(op_times()[0].op == "add");
+  reset_op_times();
+}
