@@ -19,13 +19,6 @@ int64_t wrap_dim(int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + std::max<int64_t>(ndim, 1) : dim;
 }
 
-Shape channels_last_strides(const Shape& shape) {
-  RF_CHECK(shape.size() == 4, "channels-last needs a 4-D shape, got ", shape_str(shape));
-  const int64_t C = std::max<int64_t>(shape[1], 1), H = std::max<int64_t>(shape[2], 1),
-                W = std::max<int64_t>(shape[3], 1);
-  return {H * W * C, 1, W * C, C};
-}
-
 bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape,
                   Shape* new_strides) {
   // PyTorch's computeStride: walk chunks of old dims that are contiguous with each other

@@ -161,10 +161,6 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& out, const Tensor& t);
 
-// Strides of a dense 4-D tensor of `shape` laid out NHWC (row-major: contiguous_strides,
-// kernels/view.h).
-Shape channels_last_strides(const Shape& shape);
-
 // The strides that let a tensor of (shape, strides) be viewed as new_shape without a copy,
 // or an empty optional (PyTorch's computeStride).
 bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape,

@@ -27,6 +27,13 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+Shape channels_last_strides(const Shape& shape) {
+  if (shape.size() != 4) throw std::invalid_argument("channels-last needs a 4-D shape, got " + shape_str(shape));
+  const int64_t C = std::max<int64_t>(shape[1], 1), H = std::max<int64_t>(shape[2], 1),
+                W = std::max<int64_t>(shape[3], 1);
+  return {H * W * C, 1, W * C, C};
+}
+
 std::string shape_str(const Shape& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

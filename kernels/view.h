@@ -20,6 +20,9 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& shape);
 // Row-major strides of a contiguous tensor of `shape` (a dimension of size 0 counts as 1).
 Shape contiguous_strides(const Shape& shape);
+// Strides of a dense 4-D (N, C, H, W) shape laid out NHWC (sizes 0 count as 1); throws
+// std::invalid_argument for another rank.
+Shape channels_last_strides(const Shape& shape);
 
 // Whether sizes and strides lay the elements out row-major and densely; NCHW sizes laid out
 // as NHWC densely. (View's is_contiguous and is_channels_last, for callers that hold the

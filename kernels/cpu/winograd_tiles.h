@@ -246,9 +246,8 @@ void chunk_phases(int64_t items, int64_t blocks, int part, int parts, const Tran
 // `also`, a blocked layout they address too), else a dense channels-last copy of `dtype`.
 inline StagedView channels_last(const View& v, bool is_input, DType dtype,
                                 MemoryLayout also = MemoryLayout::strided) {
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   const bool fits = v.is_channels_last() || (also != MemoryLayout::strided && v.layout == also);
-  return StagedView(v, !fits, dtype, {H * W * C, 1, W * C, C}, is_input);
+  return StagedView(v, !fits, dtype, channels_last_strides(v.shape), is_input);
 }
 
 // A bias of K values (any dtype, any stride) as f32, copied into `buffer`; null without one.

@@ -11,9 +11,7 @@ namespace {
 
 // A dense channels-last copy of v in `buffer`.
 View channels_last_copy(const View& v, std::optional<DeviceBuffer>& buffer) {
-  View d = dense_layout(v, /*last=*/true);
-  buffer.emplace(static_cast<size_t>(v.numel()) * dtype_size(v.dtype));
-  d.data = buffer->data();
+  const View d = allocate_for(dense_layout(v, /*last=*/true), buffer);
   copy(d, v);
   return d;
 }

@@ -9,8 +9,10 @@
 // other streams use must be marked with cuda_record_stream (kernels/cuda_memory.h).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -99,5 +101,13 @@ class DeviceBuffer {
  private:
   void* data_;
 };
+
+// A buffer (not filled) for the elements of `dense`, a view whose strides lay its shape out
+// densely (dense_layout, cudnn_conv_plan.h): `dense` pointing into it.
+inline View allocate_for(View dense, std::optional<DeviceBuffer>& buffer) {
+  buffer.emplace(static_cast<size_t>(std::max<int64_t>(dense.numel(), 1)) * dtype_size(dense.dtype));
+  dense.data = buffer->data();
+  return dense;
+}
 
 }  // namespace ringflow::cuda

@@ -58,10 +58,7 @@ bool in_layout(const View& v, bool nhwc) {
 
 // A dense buffer (not filled) of v's shape, (N, C, H, W) in memory or channels last.
 View dense_like(const View& v, std::optional<DeviceBuffer>& buffer, bool last) {
-  View d = dense_layout(v, last);
-  buffer.emplace(static_cast<size_t>(std::max<int64_t>(v.numel(), 1)) * dtype_size(v.dtype));
-  d.data = buffer->data();
-  return d;
+  return allocate_for(dense_layout(v, last), buffer);
 }
 
 // An activation operand of a call that runs NHWC (nhwc) or NCHW: v itself when cuDNN takes it

@@ -53,8 +53,7 @@ struct TensorDims {
 // v's shape with the dense strides of (N, C, H, W) in memory or channels last; no data.
 inline View dense_layout(const View& v, bool last) {
   View d = v;
-  const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
-  d.strides = last ? Shape{H * W * C, 1, W * C, C} : Shape{C * H * W, H * W, W, 1};
+  d.strides = last ? channels_last_strides(v.shape) : contiguous_strides(v.shape);
   d.layout = MemoryLayout::strided;
   d.derived = nullptr;
   d.data = nullptr;
