@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/kernels/simt/host_exec.h"
+#include "ringflow/kernels/simt/indexer.h"
 #include "ringflow/kernels/simt/reduce.h"
 #include "ringflow/kernels/simt/simt.h"
 #include "ringflow/tests/kernel_sweep.h"
@@ -61,6 +63,51 @@ TEST_CASE("FastDiv: n / d as the CPU's division gives it, at the edges of its ra
   // Past 2^31 it divides plainly.
   const simt::FastDiv wide(7, int64_t{1} << 40);
   CHECK(wide.div((int64_t{1} << 40) + 5) == ((int64_t{1} << 40) + 5) / 7);
+}
+
+// Each operand's offset of a linear index, by plain division over the dims in the indexer's
+// order (largest stride of operand 0 first, as make_indexer sorts them; no dims merged).
+std::array<int64_t, 2> plain_offsets(const std::array<const View*, 2>& views, int64_t linear) {
+  std::vector<int> dims(views[0]->shape.size());
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int>(d);
+  std::stable_sort(dims.begin(), dims.end(),
+                   [&](int a, int b) { return views[0]->strides[a] > views[0]->strides[b]; });
+  std::array<int64_t, 2> off{0, 0};
+  for (auto d = dims.rbegin(); d != dims.rend(); ++d) {
+    const int64_t size = views[0]->shape[*d], i = linear % size;
+    linear /= size;
+    for (int k = 0; k < 2; ++k) off[k] += i * views[k]->strides[*d];
+  }
+  return off;
+}
+
+TEST_CASE("the indexer's offsets (FastDiv) are plain division's: a permuting copy, a broadcast, past 2^31") {
+  const auto check = [](const View& a, const View& b, std::vector<int64_t> linears) {
+    const simt::Indexer<2> ix = simt::make_indexer<2>({&a, &b}, "test");
+    CHECK(ix.ndim > 1);  // the divisions ran
+    int64_t bad = 0;
+    for (int64_t linear : linears) {
+      int64_t off[2];
+      ix.offsets(linear, off);
+      const std::array<int64_t, 2> want = plain_offsets({&a, &b}, linear);
+      bad += off[0] != want[0] || off[1] != want[1];
+    }
+    CHECK(bad == 0);
+  };
+  const Shape s = {3, 5, 7, 11};
+  View nhwc{nullptr, DType::f32, s, channels_last_strides(s)}, nchw{nullptr, DType::f32, s, contiguous_strides(s)};
+  View row{nullptr, DType::f32, s, {0, 0, 0, 1}};  // an (11,) row broadcast
+  std::vector<int64_t> every(static_cast<size_t>(shape_numel(s)));
+  for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<int64_t>(i);
+  check(nhwc, nchw, every);
+  check(nchw, nhwc, every);
+  check(nhwc, row, every);
+  // 2^32 + elements: the divisions leave the fast path, the offsets stay right.
+  const Shape big = {1 << 12, 1 << 11, 3, 257};
+  View big_nhwc{nullptr, DType::f32, big, channels_last_strides(big)};
+  View big_nchw{nullptr, DType::f32, big, contiguous_strides(big)};
+  const int64_t n = shape_numel(big);
+  check(big_nhwc, big_nchw, {0, 1, 256, 257, (int64_t{1} << 31) - 1, int64_t{1} << 31, n / 2, n - 2, n - 1});
 }
 
 TEST_CASE("direct convolutions (the GPU's without cuDNN): the sweep, every floating dtype") {

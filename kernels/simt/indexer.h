@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ringflow/kernels/simt/fast_div.h"
 #include "ringflow/kernels/simt/simt.h"
 #include "ringflow/kernels/view.h"
 
@@ -22,18 +23,22 @@ template <int N>
 struct Indexer {
   int ndim = 0;
   int64_t numel = 1;
-  int64_t sizes[kMaxDims] = {};
+  // Each dim's size as the divisor that splits the linear index: a multiply-high where the
+  // index fits 31 bits, not the dozens of instructions of a 64-bit division on a GPU (a
+  // permuting copy, NCHW to channels-last, made two per element).
+  FastDiv sizes[kMaxDims];
   int64_t strides[N][kMaxDims] = {};  // elements
 
   RF_HD void offsets(int64_t linear, int64_t (&off)[N]) const {
-    if (ndim == 1) {  // dense operands merge to one dim: no division (slow on a GPU)
+    if (ndim == 1) {  // dense operands merge to one dim: no division at all
       for (int k = 0; k < N; ++k) off[k] = linear * strides[k][0];
       return;
     }
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t i = linear % sizes[d];
-      linear /= sizes[d];
+      int64_t quotient, i;
+      sizes[d].divmod(linear, quotient, i);
+      linear = quotient;
       for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
     }
   }
@@ -77,10 +82,11 @@ Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op,
   Indexer<N> ix;
   ix.ndim = static_cast<int>(sizes.size());
   for (int d = 0; d < ix.ndim; ++d) {
-    ix.sizes[d] = sizes[d];
     ix.numel *= sizes[d];
     for (int k = 0; k < N; ++k) ix.strides[k][d] = strides[k][d];
   }
+  // Every index offsets() divides is below numel.
+  for (int d = 0; d < ix.ndim; ++d) ix.sizes[d] = FastDiv(sizes[d], ix.numel - 1);
   return ix;
 }
 
