@@ -2,6 +2,7 @@
 // CPU tensors run on the oneDNN table unless a KernelTableGuard is alive on this thread.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -38,29 +39,35 @@ class ReferenceKernelsGuard : public KernelTableGuard {
   ReferenceKernelsGuard() : KernelTableGuard(reference_backend()) {}
 };
 
-// The profile's name of a call: the op's, and with op_profiling_by_shape() the dtype of its
-// first tensor operand and the shape of each, with its layout where not contiguous ("nhwc",
-// oneDNN's blocked "nChw16c", "strided").
-inline void add_operand(std::string& name, bool& first, const View& v) {
-  if (first) name += std::string(" ") + dtype_name(v.dtype);
-  first = false;
-  name += " " + shape_str(v.shape);
-  if (v.layout != MemoryLayout::strided) name += memory_layout_name(v.layout);
-  else if (!v.is_contiguous()) name += v.is_channels_last() ? "nhwc" : "strided";
-}
-inline void add_operand(std::string& name, bool& first, const View* v) {
-  if (v) add_operand(name, first, *v);
-}
-template <class T>
-void add_operand(std::string&, bool&, const T&) {}
+namespace detail {
+// The profile's name of a call: the op's, and with op_profiling_by_shape() each tensor
+// operand's shape, its layout where not contiguous ("nhwc", oneDNN's blocked "nChw16c",
+// "strided"), and its dtype before it where it differs from the previous operand's (the
+// first's always): "copy bf16 (2, 3) f32 (2, 3)".
+struct ProfileName {
+  std::string text;
+  std::optional<DType> dtype;  // the previous operand's
+  void add(const View& v) {
+    if (dtype != v.dtype) text += std::string(" ") + dtype_name(v.dtype);
+    dtype = v.dtype;
+    text += " " + shape_str(v.shape);
+    if (v.layout != MemoryLayout::strided) text += memory_layout_name(v.layout);
+    else if (!v.is_contiguous()) text += v.is_channels_last() ? "nhwc" : "strided";
+  }
+  void add(const View* v) {
+    if (v) add(*v);
+  }
+  void add(View* v) { add(static_cast<const View*>(v)); }
+  template <class T>
+  void add(const T&) {}  // parameters, scalars
+};
 template <class... A>
 std::string profile_name(const char* op, const A&... args) {
-  std::string name = op;
-  if (!op_profiling_by_shape()) return name;
-  bool first = true;
-  (add_operand(name, first, args), ...);
-  return name;
+  ProfileName name{op};
+  if (op_profiling_by_shape()) (name.add(args), ...);
+  return name.text;
 }
+}  // namespace detail
 
 // A kernel of a table, called with its device current (DeviceScope, kernels/cuda_devices.h).
 template <class Fn>
@@ -75,7 +82,7 @@ struct KernelCall<R (*)(Args...)> {
     const DeviceScope scope(device);
     if (!op_profiling()) [[likely]]
       return fn(std::forward<A>(args)...);
-    const OpTimer timer(device, profile_name(op, args...));
+    const OpTimer timer(device, detail::profile_name(op, args...));
     return fn(std::forward<A>(args)...);
   }
 };

@@ -467,4 +467,30 @@ TEST_CASE("cuDNN conv argument errors throw std::invalid_argument naming the op 
   CHECK_THROWS_AS(cuda->conv2d_backward_weights(wi, nullptr, yi, xi, p), std::invalid_argument);
 }
 
+TEST_CASE("cuDNN conv: an input without elements whose output has some is refused, naming both" *
+          doctest::skip(kNoDevice)) {
+  const Backend& cuda = *cuda_backend();
+  Conv2dParams p;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  // No input channels: x and w hold nothing, y (2, 4, 3, 3) does (the bias alone, in principle).
+  Operand y(DType::f32, {2, 4, 3, 3}, act_strides({2, 4, 3, 3}, Act::nchw), 1);
+  const View x = make_view(y.device, DType::f32, {2, 0, 3, 3}, {0, 9, 3, 1});
+  const View w = make_view(y.device, DType::f32, {4, 0, 3, 3}, {0, 9, 3, 1});
+  {
+    Operand x1(DType::f32, {1, 1, 3, 3}, act_strides({1, 1, 3, 3}, Act::nchw), 2);
+    Operand w1(DType::f32, {1, 1, 3, 3}, filt_strides({1, 1, 3, 3}, Filt::kcrs), 3);
+    Operand y1(DType::f32, {1, 1, 3, 3}, act_strides({1, 1, 3, 3}, Act::nchw), -1);
+    cuda.conv2d_forward(y1.on_device(), x1.on_device(), w1.on_device(), nullptr, p);
+  }
+  if (cudnn_conv_choices().empty()) {
+    MESSAGE("no cuDNN in this build: the direct kernels run, and take no such case to cuDNN");
+    return;
+  }
+  CHECK_THROWS_WITH_AS(cuda.conv2d_forward(y.on_device(), x, w, nullptr, p),
+                       doctest::Contains("x (2, 0, 3, 3) has no elements but the output (2, 4, 3, 3)"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cuda.conv2d_backward_weights(w, nullptr, y.on_device(), x, p),
+                       doctest::Contains("has no elements"), std::invalid_argument);
+}
+
 }  // namespace ringflow

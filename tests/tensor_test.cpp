@@ -275,6 +275,25 @@ TEST_CASE("op profiling by shape names each call's dtype and operand shapes") {
   CHECK(calls["add f64 (2, 3) (2, 3) (2, 3)"] == 1);
   CHECK(calls["add f64 (2, 3, 4, 5)nhwc (2, 3, 4, 5)nhwc (2, 3, 4, 5)nhwc"] == 1);  // the output keeps the layout
   reset_op_times();
+  // A dtype where it changes; optional operands (a bias) named where given.
+  const Tensor x = seeded({1, 2, 5, 5}, 5), w = seeded({3, 2, 3, 3}, 6), bias = seeded({3}, 7);
+  set_op_profiling(true, /*by_shape=*/true);
+  (void)a.to(DType::f32);
+  (void)conv2d(x, w, bias);
+  (void)conv2d(x, w, Tensor());
+  set_op_profiling(false);
+  calls.clear();
+  for (const OpTime& t : op_times()) calls[t.op] = t.calls;
+  CHECK(calls["copy f32 (4, 5) f64 (4, 5)"] == 1);
+  int with_bias = 0, without = 0;  // y's layout is the memory format's choice: not checked here
+  for (const auto& [name, n] : calls) {
+    if (name.rfind("conv2d_forward f64 (1, 3, 3, 3)", 0) != 0) continue;
+    with_bias += name.ends_with(" (1, 2, 5, 5) (3, 2, 3, 3) (3,)");
+    without += name.ends_with(" (1, 2, 5, 5) (3, 2, 3, 3)");
+  }
+  CHECK(with_bias == 1);
+  CHECK(without == 1);
+  reset_op_times();
   set_op_profiling(true);  // by op again
   (void)(a + b);
   set_op_profiling(false);

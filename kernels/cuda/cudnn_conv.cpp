@@ -609,10 +609,20 @@ void in_either_layout(const View& a, const View& b, Conv&& conv) {
   conv(false);
 }
 
+// x without elements where the output has some (no input channels, or an empty image that
+// padding alone gives an output): cuDNN describes no such tensor.
+void refuse_empty_input(const View& x, const View& out, const char* op) {
+  if (x.numel() == 0)
+    throw std::invalid_argument(std::string("cuda ") + op + ": x " + shape_str(x.shape) +
+                                " has no elements but the output " + shape_str(out.shape) +
+                                " has: not supported on cuda");
+}
+
 void conv2d_forward(const View& y, const View& x, const View& w, const View* bias,
                     const Conv2dParams& p) {
   check_conv(x, w, y, p, "conv2d_forward");
   if (y.numel() == 0) return;
+  refuse_empty_input(x, y, "conv2d_forward");
   in_either_layout(x, y, [&](bool nhwc) { forward_in(y, x, w, bias, p, nhwc); });
 }
 
@@ -631,6 +641,7 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
     if (db) fill(*db, 0.0);
     return;
   }
+  refuse_empty_input(x, dy, "conv2d_backward_weights");
   in_either_layout(x, dy, [&](bool nhwc) { backward_weights_in(dw, db, dy, x, p, nhwc); });
 }
 

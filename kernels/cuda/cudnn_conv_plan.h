@@ -69,7 +69,8 @@ inline std::optional<TensorDims> tensor_dims(const View& v, bool prefer_nhwc = f
   // A dense layout implies no overlap; anything else is not taken.
   if (!v.is_contiguous() && !v.is_channels_last()) return std::nullopt;
   const bool nhwc = v.is_contiguous() && v.is_channels_last() ? prefer_nhwc : !v.is_contiguous();
-  // Strides of size-1 dims carry no information; give them the dense layout's values.
+  // Strides of size-1 dims carry no information; give them the dense layout's values. Not
+  // channels_last_strides: cuDNN's descriptor wants each stride >= 1 after the product.
   const int64_t C = v.shape[1], H = v.shape[2], W = v.shape[3];
   const std::array<int64_t, 4> dense =
       nhwc ? std::array<int64_t, 4>{H * W * C, 1, W * C, C}

@@ -23,24 +23,24 @@ template <int N>
 struct Indexer {
   int ndim = 0;
   int64_t numel = 1;
-  // Each dim's size as the divisor that splits the linear index: a multiply-high where the
-  // index fits 31 bits, not the dozens of instructions of a 64-bit division on a GPU (a
-  // permuting copy, NCHW to channels-last, made two per element).
+  // Each dim's size as the divisor that splits the linear index: a multiply-high where what
+  // it divides fits 31 bits, not a division, which a GPU runs as a sequence of dozens of
+  // instructions (a permuting copy, NCHW to channels-last, made one per inner dim per element).
   FastDiv sizes[kMaxDims];
   int64_t strides[N][kMaxDims] = {};  // elements
 
   RF_HD void offsets(int64_t linear, int64_t (&off)[N]) const {
-    if (ndim == 1) {  // dense operands merge to one dim: no division at all
-      for (int k = 0; k < N; ++k) off[k] = linear * strides[k][0];
-      return;
-    }
     for (int k = 0; k < N; ++k) off[k] = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
+    for (int d = ndim - 1; d >= 1; --d) {
       int64_t quotient, i;
       sizes[d].divmod(linear, quotient, i);
       linear = quotient;
       for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
     }
+    // What is left indexes the outermost dim: no division (nor any for dense operands, which
+    // merge to one dim).
+    if (ndim > 0)
+      for (int k = 0; k < N; ++k) off[k] += linear * strides[k][0];
   }
 };
 
@@ -85,8 +85,12 @@ Indexer<N> make_indexer(const std::array<const View*, N>& views, const char* op,
     ix.numel *= sizes[d];
     for (int k = 0; k < N; ++k) ix.strides[k][d] = strides[k][d];
   }
-  // Every index offsets() divides is below numel.
-  for (int d = 0; d < ix.ndim; ++d) ix.sizes[d] = FastDiv(sizes[d], ix.numel - 1);
+  // offsets() divides by dim d what is below the product of dims 0..d.
+  int64_t below = 1;
+  for (int d = 0; d < ix.ndim; ++d) {
+    below *= sizes[d];
+    ix.sizes[d] = FastDiv(sizes[d], below - 1);
+  }
   return ix;
 }
 
