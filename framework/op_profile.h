@@ -19,8 +19,9 @@ struct OpTime {
   double total_ms = 0;
 };
 
-// by_shape: each op's calls grouped by the shapes (and dtype) of their tensor operands too,
-// "conv2d_forward bf16 (256, 64, 32, 32) (256, 64, 32, 32) (64, 64, 3, 3)": which layer it is.
+// by_shape: each op's calls grouped by their tensor operands' dtypes, shapes and layouts too,
+// "conv2d_forward bf16 (256, 64, 32, 32)nhwc (256, 64, 32, 32)nhwc (64, 64, 3, 3)": which
+// layer it is (the names: dispatch.h).
 void set_op_profiling(bool on, bool by_shape = false);
 bool op_profiling();
 bool op_profiling_by_shape();
