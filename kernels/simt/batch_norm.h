@@ -399,13 +399,6 @@ struct NormalizeRowsBody {
   }
 };
 
-// launch(std::integral_constant<int, V>{}): V = kPack<T> where packs_fit, else 1.
-template <class T, class Launch>
-void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
-  if (packs_fit<T>(divisor, pointers)) launch(std::integral_constant<int, kPack<T>>{});
-  else launch(std::integral_constant<int, 1>{});
-}
-
 // dz of the backward: dy, or 0 where the fused forward's y (if has_y) was not positive.
 template <class A>
 RF_HD inline A masked(A dy, bool has_y, A y) {

@@ -165,10 +165,10 @@ void column_sum(const Exec& exec, const View& out, const View& in, const ColumnS
     const ChannelChunks cc = channel_chunks(cs.M, cs.C);
     Scratch<Exec, A> scratch;
     A* partial = scratch.take(cc.chunks * cs.C);
-    if (packs_fit<T>(cs.C, {in.data}))
-      exec.elementwise(cc.chunks * cs.C / kPack<T>, ChunkColumnSumBody<T, kPack<T>>{in.ptr<const T>(), cc, partial});
-    else
-      exec.elementwise(cc.chunks * cs.C, ChunkColumnSumBody<T, 1>{in.ptr<const T>(), cc, partial});
+    with_pack<T>(cs.C, {in.data}, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      exec.elementwise(cc.chunks * cs.C / V, ChunkColumnSumBody<T, V>{in.ptr<const T>(), cc, partial});
+    });
     exec.rows(cs.C, MergeColumnSumBody<T>{out.ptr<T>(), out.strides[cs.kept], cc, partial, mean});
   });
 }

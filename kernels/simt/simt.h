@@ -66,6 +66,12 @@ bool packs_fit(int64_t divisor, std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) packs = packs && reinterpret_cast<uintptr_t>(p) % sizeof(Pack<T, kPack<T>>) == 0;
   return packs;
 }
+// launch(std::integral_constant<int, V>{}): V = kPack<T> where packs_fit, else 1.
+template <class T, class Launch>
+void with_pack(int64_t divisor, std::initializer_list<const void*> pointers, const Launch& launch) {
+  if (packs_fit<T>(divisor, pointers)) launch(std::integral_constant<int, kPack<T>>{});
+  else launch(std::integral_constant<int, 1>{});
+}
 
 // Stored value -> its accumulation type.
 RF_HD inline float load(float x) { return x; }
