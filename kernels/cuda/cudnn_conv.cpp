@@ -502,14 +502,17 @@ View filter_operand(const View& w, bool nhwc, std::optional<DeviceBuffer>& buffe
     copy(d, w);
     return d;
   }
-  View d = dense_layout(w, nhwc);
   const std::string key = std::string("cudnn_filter_nhwc ") + shape_str(w.shape) + " " + dtype_name(w.dtype) +
                           " @" + std::to_string(reinterpret_cast<uintptr_t>(w.data));
   const auto entry = std::static_pointer_cast<ReorderedFilter>(
       w.derived->entry(key, [] { return std::make_shared<ReorderedFilter>(); }));
   std::lock_guard lock(entry->mutex);
-  if (!entry->buffer) entry->buffer.emplace(static_cast<size_t>(w.numel()) * dtype_size(w.dtype));
-  d.data = entry->buffer->data();
+  View d = dense_layout(w, nhwc);
+  if (entry->buffer) {
+    d.data = entry->buffer->data();
+  } else {
+    d = allocate_for(d, entry->buffer);
+  }
   if (entry->version != w.version) {
     copy(d, w);
     entry->version = w.version;
