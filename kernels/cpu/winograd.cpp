@@ -22,7 +22,6 @@
 #include "ringflow/kernels/cpu/winograd_tiles.h"
 
 #define RF_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
-#define RF_UNROLL _Pragma("GCC unroll 32")
 
 namespace ringflow::cpu {
 namespace {
@@ -48,13 +47,16 @@ struct GemmArgs {
   bool accumulate;
 };
 
+// The loops over the accumulators unrolled by pragma: left as loops, GCC kept acc on the
+// stack outside the pairs loop and copied all 24 there and back on every call (~10% of a
+// 64-channel layer; docs/kernels.md), as it did in winograd_f32.cpp.
 template <int R, int Z>
 RF_AVX512BF16 void micro_kernel(const GemmArgs& g) {
-  // Unrolled before GCC places acc: otherwise it lives on the stack outside the p loop and
-  // every call copies it there and back (~10% of a 64-channel layer).
   __m512 acc[R][Z];
-  RF_UNROLL for (int r = 0; r < R; ++r)
-    RF_UNROLL for (int z = 0; z < Z; ++z)
+#pragma GCC unroll 24
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int z = 0; z < Z; ++z)
       acc[r][z] = g.accumulate ? _mm512_loadu_ps(g.c + r * g.ldc + z * kLanes) : _mm512_setzero_ps();
   for (int64_t p = 0; p < g.pairs; ++p) {
     const uint16_t* bp = g.b + p * g.b_pair;
@@ -68,8 +70,10 @@ RF_AVX512BF16 void micro_kernel(const GemmArgs& g) {
       for (int z = 0; z < Z; ++z) acc[r][z] = _mm512_dpbf16_ps(acc[r][z], av, b[z]);
     }
   }
-  RF_UNROLL for (int r = 0; r < R; ++r)
-    RF_UNROLL for (int z = 0; z < Z; ++z) _mm512_storeu_ps(g.c + r * g.ldc + z * kLanes, acc[r][z]);
+#pragma GCC unroll 24
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int z = 0; z < Z; ++z) _mm512_storeu_ps(g.c + r * g.ldc + z * kLanes, acc[r][z]);
 }
 
 // Rows of the micro-kernel with Z zmm of columns: 24 accumulators.
