@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
-#include <thread>
 
 #include <fmt/core.h>
 
@@ -49,8 +48,7 @@ void close_all(std::initializer_list<int> fds) {
 
 }  // namespace
 
-Coprocess::Coprocess(const std::string& command, std::string who, std::chrono::milliseconds grace)
-    : command_(command), who_(std::move(who)), grace_(grace) {
+Coprocess::Coprocess(const std::string& command, std::string who) : command_(command), who_(std::move(who)) {
   // A helper that died must not kill us with SIGPIPE on the next request: send() says so
   // instead. Process-wide; the helper itself gets the default back (below).
   std::signal(SIGPIPE, SIG_IGN);
@@ -107,17 +105,7 @@ int Coprocess::wait() {
   if (pid_ < 0) return -1;
   int status = 0;
   pid_t got;
-  const auto deadline = std::chrono::steady_clock::now() + grace_;
-  while ((got = ::waitpid(pid_, &status, WNOHANG)) == 0 || (got < 0 && errno == EINTR)) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      fmt::print(stderr, "{}: `{}` still running {} ms after its input ended: killed\n", who_, command_,
-                 grace_.count());
-      ::kill(pid_, SIGKILL);
-      while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
   }
   pid_ = -1;
   if (got < 0) return -1;

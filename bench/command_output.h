@@ -5,7 +5,6 @@
 
 #include <sys/types.h>
 
-#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -18,15 +17,12 @@ std::optional<std::string> command_output(const std::string& command, const std:
 
 // `command` (run by the shell) kept running: each request is a line on its standard input,
 // read back as lines of its standard output; its standard error is ours. Closing its input
-// (the destructor) tells it to end; a shell still running `grace` after that (or after its
-// output ended) is killed, so that a helper that ignores the end of its input cannot hang
-// the caller (a program the shell started then dies at its next write, of SIGPIPE). The
-// first Coprocess makes this process ignore SIGPIPE, so that a helper that died gives an
-// error, not our death.
+// (the destructor) tells it to end; the destructor then waits for it (no deadline: a helper
+// that ignores the end of its input keeps the caller waiting). The first Coprocess makes this
+// process ignore SIGPIPE, so that a helper that died gives an error, not our death.
 class Coprocess {
  public:
-  Coprocess(const std::string& command, std::string who,
-            std::chrono::milliseconds grace = std::chrono::seconds(10));
+  Coprocess(const std::string& command, std::string who);
   ~Coprocess();
   Coprocess(const Coprocess&) = delete;
   Coprocess& operator=(const Coprocess&) = delete;
@@ -39,11 +35,10 @@ class Coprocess {
 
  private:
   std::string command_, who_;
-  std::chrono::milliseconds grace_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;    // its standard input
   FILE* from_ = nullptr;  // its standard output
-  int wait();             // its exit status, once (killed after grace_)
+  int wait();             // its exit status, once
 };
 
 }  // namespace ringflow::bench
