@@ -8,11 +8,12 @@ usage: fault_resume_test.py TRAIN"""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from train_log import clean_env, free_port
 
 train = sys.argv[1]
 failures = []
@@ -25,22 +26,13 @@ def check(ok, what):
         failures.append(what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(transport, metrics, extra):
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))}
-    env["OMP_NUM_THREADS"] = "1"
     args = [train, "--sync", "ddp", "--epochs", "2", "--max-iters", str(STEPS), "--threads", "1",
             "--eval-every", "0", "--log-every", "1", "--transport", transport,
             "--comm-timeout", "120", "--metrics", metrics, *extra]
-    return [subprocess.Popen(args, env={**env, "RANK": str(r), "WORLD_SIZE": "3",
-                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+    return [subprocess.Popen(args, env=clean_env(RANK=r, WORLD_SIZE=3, MASTER_ADDR="127.0.0.1",
+                                                 MASTER_PORT=port),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for r in range(3)]
 

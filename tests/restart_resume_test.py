@@ -17,11 +17,12 @@ usage: restart_resume_test.py TRAIN"""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from train_log import clean_env, free_port
 
 train = sys.argv[1]
 failures = []
@@ -37,20 +38,6 @@ def check(ok, what):
         failures.append(what)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "MPI_LOCAL", "HYDRA_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def start(world, port, args):
     common = ["--epochs", "2", "--max-iters", str(STEPS), "--threads", "1", "--eval-every", "0",
               "--log-every", "1", *MODEL.get(world, []), *args]
@@ -58,9 +45,8 @@ def start(world, port, args):
         return [subprocess.Popen([train, *common], env=clean_env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True)]
     return [subprocess.Popen([train, "--sync", "ddp", *common],
-                             env={**clean_env(), "RANK": str(r), "WORLD_SIZE": str(world),
-                                  "LOCAL_RANK": str(r), "MASTER_ADDR": "127.0.0.1",
-                                  "MASTER_PORT": str(port)},
+                             env=clean_env(RANK=r, WORLD_SIZE=world, LOCAL_RANK=r,
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for r in range(world)]
 

@@ -2,6 +2,7 @@
 launcher's variables) and read from it (its output while it runs, the losses it logged)."""
 import json
 import os
+import random
 import socket
 
 # Every launcher's variables: mpiexec's (Hydra, Open MPI), Slurm's, torchrun's. Open MPI's
@@ -13,6 +14,23 @@ LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER
 
 
 def free_port():
+    """A port to listen on that nothing holds now, below the kernel's ephemeral range: a port
+    from that range (bind to port 0) can be taken, before the run listens on it, as the local
+    port of any socket that another test running alongside connects."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first_ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    rng = random.Random()  # seeded from the OS: parallel tests draw apart
+    for _ in range(100):
+        port = rng.randrange(10000, max(10001, first_ephemeral))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
