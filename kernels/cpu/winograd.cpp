@@ -292,10 +292,13 @@ struct BackwardWeights {
   }
 
   // Threads take whole chunks where a partial weight gradient of their own stays in a
-  // core's cache; run() leaves plan.slots partial sums in du, to be added.
+  // core's cache; run() leaves plan.slots partial sums in du, to be added. A shared chunk
+  // holds at least du's bytes of tiles: each chunk reads and writes all of du, which at
+  // 512 channels (16 MB) cost more than the GEMMs' own reads in 4 MB chunks (docs/kernels.md).
   ChunkPlan plan() const {
-    const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;
-    return ChunkPlan(g.count(), kPoints * 2 * (C + K), own, 2);
+    const int64_t du_bytes = kPoints * C * K * 4;
+    return ChunkPlan(g.count(), kPoints * 2 * (C + K), du_bytes <= kOwnPartialBytes, 2,
+                     std::max(kChunkBytes, du_bytes));
   }
   void run(const ChunkPlan& plan, float* du) const {
     const PointScratch<uint16_t> v(plan, C), z(plan, K);

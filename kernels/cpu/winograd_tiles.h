@@ -72,7 +72,7 @@ struct Range {
 };
 
 // How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
-// `multiple`) whose transformed operands take about kOwnChunkBytes or kChunkBytes: each
+// `multiple`) whose transformed operands take about kOwnChunkBytes or `shared_bytes`: each
 // thread takes whole chunks with scratch of its own (`own`, and chunks small enough that
 // every thread gets some), or all threads share each chunk (one scratch). A slot of scratch
 // holds `capacity` rows, the budget's whatever the batch, so that the memory a step takes
@@ -82,10 +82,11 @@ struct ChunkPlan {
   bool own;
   int64_t tiles, rows, chunks, capacity;
   int slots;
-  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple)
+  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple,
+            int64_t shared_bytes = kChunkBytes)
       : own(own_chunks), tiles(tile_count) {
     const int threads = omp_get_max_threads();
-    const int64_t budget = own ? kOwnChunkBytes : kChunkBytes;
+    const int64_t budget = own ? kOwnChunkBytes : shared_bytes;
     capacity = rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
     if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
     chunks = (tiles + rows - 1) / rows;
