@@ -21,6 +21,7 @@
 #include "ringflow/kernels/simt/host_backend.h"
 #include "ringflow/kernels/simt/host_exec.h"
 #include "ringflow/kernels/simt/indexer.h"
+#include "ringflow/kernels/simt/pool.h"
 #include "ringflow/kernels/simt/reduce.h"
 #include "ringflow/kernels/simt/simt.h"
 #include "ringflow/tests/kernel_sweep.h"
@@ -361,6 +362,37 @@ TEST_CASE("gather and scatter_add along each dim, duplicates in the index") {
       ref().scatter_add(o2.v, dim, index.v, src.v);
       // The device adds in the output's dtype, one contribution at a time.
       CHECK(close(o1.v, o2.v, rtol_of(dt), atol_of(dt, 9), "scatter_add dim " + std::to_string(dim) + " " + dtype_name(dt)));
+    }
+  }
+}
+
+TEST_CASE("max pooling with 64-bit offsets inside a plane (planes past int32's range) gives the 32-bit offsets' results") {
+  // The table picks int32_t offsets for every plane small enough; run the same bodies with
+  // int64_t here, on planes that any test can hold, as a larger plane would.
+  std::mt19937 rng(15);
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  for (DType dt : kFloats) {
+    for (Layout lay : {Layout::nchw, Layout::nhwc}) {
+      const std::string name = std::string(dtype_name(dt)) + " " + layout_name(lay);
+      Buf x = random({2, 3, 9, 11}, dt, lay, rng), dy = random({2, 3, 5, 6}, dt, lay, rng);
+      Buf y32 = make({2, 3, 5, 6}, dt, lay), y64 = like(y32), dx32 = like(x), dx64 = like(x);
+      const Workspace ws = simt().max_pool2d_forward(y32.v, x.v, p);
+      simt().max_pool2d_backward(dx32.v, dy.v, x.v, ws, p);
+      const simt::PoolGeometry g = simt::pool_geometry(x.v, y64.v, p, "test");
+      std::vector<int32_t> argmax(static_cast<size_t>(y64.v.numel()));
+      simt::visit_floating(dt, "test", [&](auto tag) {
+        using T = decltype(tag);
+        simt::HostExec{}.elementwise(y64.v.numel(), simt::MaxPoolForwardBody<T, int64_t>{
+                                                        simt::nchw<T>(y64.v), simt::nchw<const T>(x.v), argmax.data(), g});
+        simt::HostExec{}.elementwise(x.v.numel(), simt::MaxPoolBackwardBody<T, int64_t>{
+                                                      simt::nchw<T>(dx64.v), simt::nchw<const T>(dy.v), argmax.data(), g});
+      });
+      CHECK(std::equal(argmax.begin(), argmax.end(), static_cast<const int32_t*>(ws.get())));
+      CHECK(close(y64.v, y32.v, 0, 0, "max fwd " + name));
+      CHECK(close(dx64.v, dx32.v, 0, 0, "max bwd " + name));
     }
   }
 }
