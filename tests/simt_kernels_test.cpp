@@ -307,6 +307,17 @@ TEST_CASE("batch norm: rows, planes, and planes past one grid and off alignment"
   };
   CHECK(check_bn({300, 256, 1, 2}, DType::f32, 0));  // 76800 planes
   for (DType dt : {DType::f32, DType::bf16}) CHECK(check_bn({2, 3, 4, 8}, dt, 1));
+  // Several planes to a phase-1 block (simt::kPlaneChunk), the last chunk short of them: 7x7
+  // (42 planes a chunk, 100 = 42 + 42 + 16; no packs) and 14x14 (11 a chunk, packs in f32).
+  for (DType dt : {DType::f32, DType::f16}) {
+    CHECK(check_bn({100, 5, 7, 7}, dt, 0));
+    CHECK(check_bn({25, 6, 14, 14}, dt, 0));
+  }
+  const Buf planes_7x7 = make({100, 5, 7, 7}, DType::f32);
+  const simt::DenseWalk walk = simt::dense_walk(planes_7x7.v, simt::Dense::planes);
+  CHECK(walk.planes_per_chunk == 42);
+  CHECK(walk.chunks.chunks == 3);
+  CHECK(walk.planes(1).planes_in(2) == 16);
 }
 
 TEST_CASE("argmax, max and min along each dim, with ties, -inf and NaN") {

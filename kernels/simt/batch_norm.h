@@ -9,6 +9,7 @@
 // update is one small launch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -211,9 +212,11 @@ struct AddReluBody {
 // elementwise pass with those coefficients, 16 bytes per access where C and the pointers
 // allow. Backward the same with the sums of dz and dz * (x - mean), dz being dy under relu's
 // mask. Contiguous NCHW operands take the same three launches with planes for chunks: phase 1
-// one block per (n, c) plane of H * W contiguous elements, read in packs where H * W allows
-// (one block per channel left most of a large GPU idle where C is small), phase 3 with the
-// channel constant along a pack.
+// one block per run of planes (n, c) .. (n + m - 1, c) of H * W contiguous elements each, read
+// in packs where H * W allows (one block per channel left most of a large GPU idle where C is
+// small; one block per plane left most of each block idle where H * W is small, as
+// ResNet-50's 14x14 and 7x7 layers: m planes make kPlaneChunk elements or more), phase 3
+// with the channel constant along a pack.
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
 
@@ -238,20 +241,42 @@ struct ChannelOf {
   RF_HD int64_t step() const { return planes ? 0 : 1; }
 };
 
-// How the three launches walk a dense x: the chunks of phases 1 and 2 (for planes, chunk n
-// of channel c is plane (n, c)), the channel of an element in phase 3, and what a pack's
-// length must divide (the channels of a row, the elements of a plane).
+// Elements a phase-1 block of planes reads at least (where the batch has the planes).
+constexpr int64_t kPlaneChunk = 2048;
+
+// Phase 1 over planes: chunk p of channel c is planes (p * per_chunk + j, c), j < planes_in(p),
+// of S elements each, read in packs of V: S / V packs a plane.
+struct PlaneChunks {
+  int64_t N, C, per_chunk, packs;  // packs: a plane's
+  FastDiv by_packs;                // a chunk's pack index -> its plane and the pack in it
+  PlaneChunks(int64_t n, int64_t c, int64_t s, int64_t planes, int V)
+      : N(n), C(c), per_chunk(planes), packs(s / V), by_packs(s / V, planes * (s / V)) {}
+  RF_HD int64_t planes_in(int64_t p) const { return N - p * per_chunk < per_chunk ? N - p * per_chunk : per_chunk; }
+  // Where pack k of chunk p of channel c is, in packs from the start of x.
+  RF_HD int64_t pack_at(int64_t p, int64_t c, int64_t k) const {
+    int64_t j, e;
+    by_packs.divmod(k, j, e);
+    return ((p * per_chunk + j) * C + c) * packs + e;
+  }
+};
+
+// How the three launches walk a dense x: the chunks of phases 1 and 2 (for planes, runs of
+// planes_per_chunk planes of one channel), the channel of an element in phase 3, and what a
+// pack's length must divide (the channels of a row, the elements of a plane).
 struct DenseWalk {
   ChannelChunks chunks;
   ChannelOf channel;
   int64_t pack_divisor;
+  int64_t N = 0, planes_per_chunk = 0;  // planes only
+  PlaneChunks planes(int V) const { return {N, chunks.C, pack_divisor, planes_per_chunk, V}; }
 };
 
 inline DenseWalk dense_walk(const View& x, Dense layout) {
   const int64_t C = x.shape[1], n = x.numel(), count = C == 0 ? 0 : n / C;
   if (layout == Dense::rows) return {channel_chunks(count, C), {FastDiv(C, n), FastDiv(), false}, C};
-  const int64_t S = x.shape[2] * x.shape[3];
-  return {{count, C, S, x.shape[0]}, {FastDiv(C, n), FastDiv(S, n), true}, S};
+  const int64_t N = x.shape[0], S = x.shape[2] * x.shape[3];
+  const int64_t m = std::min(N, std::max<int64_t>(1, (kPlaneChunk + S - 1) / S));
+  return {{count, C, m * S, (N + m - 1) / m}, {FastDiv(C, n), FastDiv(S, n), true}, S, N, m};
 }
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
@@ -298,29 +323,29 @@ struct ChunkMomentsBody {
   }
 };
 
-// Phase 1 forward over planes: block per plane r = n * C + c -> its mean and sum of squared
-// deviations (two passes over S contiguous elements, V at a time; the second one mostly from
-// cache).
+// Phase 1 forward over planes: block per chunk of planes r = p * C + c -> its mean and sum of
+// squared deviations (two passes over its packs, the second one mostly from cache).
 template <class T, int V>
 struct PlaneMomentsBody {
   const T* x;
-  int64_t S;
-  acc_t<T>* mean;  // (N, C), as the chunks' partials
+  PlaneChunks pc;
+  acc_t<T>* mean;  // (chunks, C)
   acc_t<T>* m2;
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t r) const {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    const P* plane = reinterpret_cast<const P*>(x + r * S);
+    const int64_t p = r / pc.C, c = r - p * pc.C, packs = pc.planes_in(p) * pc.packs;
+    const P* xp = reinterpret_cast<const P*>(x);
     const auto plus = [](A a, A b) { return a + b; };
-    const A mu = block.reduce(S / V, A(0), [&](int64_t k) {
-      const P v = plane[k];
+    const A mu = block.reduce(packs, A(0), [&](int64_t k) {
+      const P v = xp[pc.pack_at(p, c, k)];
       A s = 0;
       for (int e = 0; e < V; ++e) s = s + load(v.e[e]);
       return s;
-    }, plus) / static_cast<A>(S);
-    const A sq = block.reduce(S / V, A(0), [&](int64_t k) {
-      const P v = plane[k];
+    }, plus) / static_cast<A>(packs * V);
+    const A sq = block.reduce(packs, A(0), [&](int64_t k) {
+      const P v = xp[pc.pack_at(p, c, k)];
       A s = 0;
       for (int e = 0; e < V; ++e) {
         const A d = load(v.e[e]) - mu;
@@ -463,30 +488,31 @@ struct SumPair {
   A a = 0, b = 0;
 };
 
-// Phase 1 backward over planes: block per plane r = n * C + c -> its sums of dz and
+// Phase 1 backward over planes: block per chunk of planes r = p * C + c -> its sums of dz and
 // dz * (x - mean), V elements at a time.
 template <class T, int V>
 struct PlaneGradSumsBody {
   const T* dy;
   const T* x;
   const T* y;  // may be null
-  int64_t C, S;
+  PlaneChunks pc;
   ChannelVector mean;
-  acc_t<T>* sum_dz;  // (N, C), as the chunks' partials
+  acc_t<T>* sum_dz;  // (chunks, C)
   acc_t<T>* sum_dz_xmu;
   template <class Block>
   RF_HD void operator()(const Block& block, int64_t r) const {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    const int64_t first = r * S / V;  // in packs
-    const P* dyp = reinterpret_cast<const P*>(dy) + first;
-    const P* xp = reinterpret_cast<const P*>(x) + first;
-    const P* yp = y ? reinterpret_cast<const P*>(y) + first : nullptr;
-    const A mu = static_cast<A>(mean.get(r % C, 0.0));
+    const int64_t p = r / pc.C, c = r - p * pc.C;
+    const P* dyp = reinterpret_cast<const P*>(dy);
+    const P* xp = reinterpret_cast<const P*>(x);
+    const P* yp = reinterpret_cast<const P*>(y);
+    const A mu = static_cast<A>(mean.get(c, 0.0));
     const SumPair<A> s = block.reduce(
-        S / V, SumPair<A>{},
+        pc.planes_in(p) * pc.packs, SumPair<A>{},
         [&](int64_t k) {
-          const P dys = dyp[k], xs = xp[k], ys = yp ? yp[k] : P{};
+          const int64_t at = pc.pack_at(p, c, k);
+          const P dys = dyp[at], xs = xp[at], ys = yp ? yp[at] : P{};
           SumPair<A> out;
           for (int e = 0; e < V; ++e) {
             const A g = masked(load(dys.e[e]), yp != nullptr, load(ys.e[e]));
@@ -605,7 +631,7 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       with_pack<T>(walk.pack_divisor, {x.data}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         if (walk.channel.planes)
-          exec.rows(cc.chunks * C, PlaneMomentsBody<T, V>{x.ptr<const T>(), cc.chunk, chunk_mean, chunk_m2});
+          exec.rows(cc.chunks * C, PlaneMomentsBody<T, V>{x.ptr<const T>(), walk.planes(V), chunk_mean, chunk_m2});
         else
           exec.elementwise(cc.chunks * C / V, ChunkMomentsBody<T, V>{x.ptr<const T>(), cc, chunk_mean, chunk_m2});
       });
@@ -680,7 +706,7 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       with_pack<T>(walk.pack_divisor, {dy.data, x.data, yp}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         if (walk.channel.planes)
-          exec.rows(cc.chunks * C, PlaneGradSumsBody<T, V>{dy.ptr<const T>(), x.ptr<const T>(), yp, C, cc.chunk, m,
+          exec.rows(cc.chunks * C, PlaneGradSumsBody<T, V>{dy.ptr<const T>(), x.ptr<const T>(), yp, walk.planes(V), m,
                                                            sum_dz, sum_dz_xmu});
         else
           exec.elementwise(cc.chunks * C / V, ChunkGradSumsBody<T, V>{dy.ptr<const T>(), x.ptr<const T>(), yp, cc, m,
