@@ -186,6 +186,21 @@ TEST_CASE("graph engines: 16-bit takes tensor cores, f32 only with TF32, f64 nev
   CHECK(cuda::describe_candidate(ConvCandidate{3, false, ConvMath::fma, 0, 0}) == "algo 3 fma failed");
 }
 
+TEST_CASE("the graph configurations a search times: the first that could qualify, in cuDNN's order") {
+  using cuda::EngineNotes;
+  EngineNotes tc, plain, nvrtc;
+  tc.tensor_core = true;
+  nvrtc.runtime_compilation = true;
+  // As Hopper's instant heuristics often rank f32 convolutions: tensor-core engines first.
+  const std::vector<EngineNotes> list = {tc, tc, nvrtc, tc, plain, tc, plain, plain, tc, plain};
+  CHECK(cuda::configs_to_time(list, DType::f32, false, 3) == std::vector<size_t>{4, 6, 7});
+  CHECK(cuda::configs_to_time(list, DType::f32, false, 8) == std::vector<size_t>{4, 6, 7, 9});
+  CHECK(cuda::configs_to_time(list, DType::f32, true, 3) == std::vector<size_t>{0, 1, 3});
+  CHECK(cuda::configs_to_time(list, DType::bf16, false, 4) == std::vector<size_t>{0, 1, 3, 4});
+  CHECK(cuda::configs_to_time(list, DType::f64, false, 2) == std::vector<size_t>{4, 6});
+  CHECK(cuda::configs_to_time({}, DType::f32, false, 8).empty());
+}
+
 TEST_CASE("the legacy API is searched for 16-bit only when the graph API has nothing that qualifies") {
   using cuda::ConvMath;
   ConvCandidate fast{0, true, ConvMath::tensor_ops, 0.5f, 4096};

@@ -38,9 +38,10 @@
 namespace ringflow::cuda {
 namespace {
 
-// Graph API configurations timed per shape: the first of cuDNN's instant heuristics (its
-// guess of the fastest first) and of its fallback list (engines the heuristics may skip).
-constexpr int kInstantConfigs = 8, kFallbackConfigs = 3;
+// Graph API configurations timed per shape: the first that qualify of cuDNN's instant
+// heuristics (its guess of the fastest first) and of its fallback list (engines the
+// heuristics may skip), out of the first kScannedConfigs of each list.
+constexpr int kInstantConfigs = 8, kFallbackConfigs = 3, kScannedConfigs = 64;
 
 cudnnMathType_t math_type(DType dt, bool tf32) {
   if (dt == DType::f64) return CUDNN_DEFAULT_MATH;
@@ -250,33 +251,40 @@ float time_plan(cudnnHandle_t h, const ConvPlan& plan, const View& x, const View
   return time_best_of_two([&] { execute(h, plan, x.data, w.data, y.data, ws); });
 }
 
-// The graph API's candidates: configurations of the instant heuristics and the fallback list
-// that could qualify (engine_tried, and the math choose_algorithm takes for the dtype), each
-// made a plan and timed. A graph cuDNN refuses gives none (the legacy API may still have some).
+// The graph API's candidates: the first configurations of the instant heuristics and of the
+// fallback list that could qualify (configs_to_time), each made a plan and timed. A graph cuDNN refuses gives none (the legacy API may still have some).
 void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const View& w, const View& y,
                 bool tf32, void* ws, size_t limit, Candidates& out) {
   std::shared_ptr<ConvOperationGraph> graph;
-  std::vector<ConvEngineConfig> configs;
-  size_t instant = 0;  // configs[0, instant): the instant heuristics', then the fallback list's
+  // Each list's configurations to time, with their places in it and whether a fallback's.
+  struct Picked {
+    ConvEngineConfig config;
+    size_t rank;
+    bool fallback;
+  };
+  std::vector<Picked> picked;
   try {
     graph = build_conv_graph(spec, h);
-    configs = heuristic_configs(*graph, CUDNN_HEUR_MODE_INSTANT, kInstantConfigs);
-    instant = configs.size();
-    for (ConvEngineConfig& c : heuristic_configs(*graph, CUDNN_HEUR_MODE_FALLBACK, kFallbackConfigs))
-      configs.push_back(std::move(c));
+    for (const bool fallback : {false, true}) {
+      std::vector<ConvEngineConfig> list = heuristic_configs(
+          *graph, fallback ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_INSTANT, kScannedConfigs);
+      std::vector<EngineNotes> notes;
+      for (const ConvEngineConfig& c : list) notes.push_back(c.notes);
+      for (const size_t i : configs_to_time(notes, spec.dtype, tf32, fallback ? kFallbackConfigs : kInstantConfigs))
+        picked.push_back({std::move(list[i]), i, fallback});
+    }
   } catch (const std::runtime_error& e) {
     out.graph_error = e.what();
     return;
   }
-  for (size_t i = 0; i < configs.size(); ++i) {
-    const ConvEngineConfig& config = configs[i];
+  for (const Picked& p : picked) {
+    const ConvEngineConfig& config = p.config;
     ConvCandidate c;
     c.source = ConvSource::graph;
     c.engine = config.engine;
-    c.fallback = i >= instant;
-    c.rank = static_cast<int>(c.fallback ? i - instant : i);
+    c.fallback = p.fallback;
+    c.rank = static_cast<int>(p.rank);
     c.math = engine_math(config.notes);
-    if (!engine_tried(config.notes) || !qualifies(c.math, spec.dtype, tf32)) continue;
     std::shared_ptr<ConvPlan> plan;
     try {
       plan = make_plan(graph, config, h);

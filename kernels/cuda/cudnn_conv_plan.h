@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "ringflow/kernels/backend.h"
 #include "ringflow/kernels/view.h"
@@ -191,6 +192,20 @@ inline std::optional<ConvCandidate> choose_algorithm(const ConvCandidate* candid
     if (!best || c.time_ms < best->time_ms) best = c;
   }
   return best;
+}
+
+// Which of a heuristics list's configurations a search times: the first `count` that could
+// qualify (engine_tried, and the math the dtype takes), in the list's order. Taking the list's
+// first `count` whatever they were left f32 without TF32 few to time, since on Hopper most of
+// the engines cuDNN ranks first are tensor-core ones (ResNet-50's f32 searches timed 3-5 graph
+// engines, most from the fallback list; PyTorch benchmarks its first 10 valid ones,
+// cudnn.benchmark_limit).
+inline std::vector<size_t> configs_to_time(const std::vector<EngineNotes>& notes, DType dtype, bool allow_tf32,
+                                           int count) {
+  std::vector<size_t> picked;
+  for (size_t i = 0; i < notes.size() && static_cast<int>(picked.size()) < count; ++i)
+    if (engine_tried(notes[i]) && qualifies(engine_math(notes[i]), dtype, allow_tf32)) picked.push_back(i);
+  return picked;
 }
 
 // Note [Searching the legacy API]: cudnnFind*AlgorithmEx runs every legacy algorithm, the
