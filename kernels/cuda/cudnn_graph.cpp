@@ -205,7 +205,15 @@ std::vector<ConvEngineConfig> heuristic_configs(const ConvOperationGraph& graph,
                                     n, &got, raw.data());
   if (status != CUDNN_STATUS_SUCCESS) fail("cudnnBackendGetAttribute", "heuristics results", status);
   std::vector<ConvEngineConfig> out;
-  for (int64_t i = 0; i < std::min(got, n); ++i) out.push_back(describe(configs[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < std::min(got, n); ++i) {
+    try {
+      out.push_back(describe(configs[static_cast<size_t>(i)]));
+    } catch (const std::runtime_error&) {
+      // The list's head stays usable (ranks are places in it) where a later entry is not.
+      if (out.empty()) throw;
+      break;
+    }
+  }
   return out;
 }
 
