@@ -216,7 +216,8 @@ struct AddReluBody {
 // in packs where H * W allows (one block per channel left most of a large GPU idle where C is
 // small; one block per plane left most of each block idle where H * W is small, as
 // ResNet-50's 14x14 and 7x7 layers: m planes make kPlaneChunk elements or more), phase 3
-// with the channel constant along a pack.
+// in packs of the whole tensor, the channel constant along a pack where H * W is a whole
+// number of packs, else asked per element (7x7 moved one element per thread before).
 
 inline bool channels_innermost(const View& v) { return v.dim() == 4 ? v.is_channels_last() : v.is_contiguous(); }
 
@@ -237,8 +238,16 @@ inline Dense dense_layout(std::initializer_list<const View*> operands) {
 struct ChannelOf {
   FastDiv C, S;  // S = H * W for planes
   bool planes;
+  int64_t plane = 0;  // H * W for planes
   RF_HD int64_t operator()(int64_t i) const { return planes ? C.mod(S.div(i)) : C.mod(i); }
   RF_HD int64_t step() const { return planes ? 0 : 1; }
+  // The channel of element first + e of a pack of V from `first`, whose own channel is c0: a
+  // pack inside one row or plane steps by step(); where planes are not a whole number of packs
+  // (7x7) a pack may span two, and each element is asked.
+  template <int V>
+  RF_HD int64_t in_pack(int64_t first, int64_t c0, int e) const {
+    return planes && plane % V != 0 ? (*this)(first + e) : c0 + e * step();
+  }
 };
 
 // Elements a phase-1 block of planes reads at least (where the batch has the planes).
@@ -267,16 +276,17 @@ struct DenseWalk {
   ChannelChunks chunks;
   ChannelOf channel;
   int64_t pack_divisor;
+  int64_t phase3_divisor;  // the same for phase 3: a row's channels, or all the elements of planes
   int64_t N = 0, planes_per_chunk = 0;  // planes only
   PlaneChunks planes(int V) const { return {N, chunks.C, pack_divisor, planes_per_chunk, V}; }
 };
 
 inline DenseWalk dense_walk(const View& x, Dense layout) {
   const int64_t C = x.shape[1], n = x.numel(), count = C == 0 ? 0 : n / C;
-  if (layout == Dense::rows) return {channel_chunks(count, C), {FastDiv(C, n), FastDiv(), false}, C};
+  if (layout == Dense::rows) return {channel_chunks(count, C), {FastDiv(C, n), FastDiv(), false}, C, C};
   const int64_t N = x.shape[0], S = x.shape[2] * x.shape[3];
   const int64_t m = std::min(N, std::max<int64_t>(1, (kPlaneChunk + S - 1) / S));
-  return {{count, C, m * S, (N + m - 1) / m}, {FastDiv(C, n), FastDiv(S, n), true}, S, N, m};
+  return {{count, C, m * S, (N + m - 1) / m}, {FastDiv(C, n), FastDiv(S, n), true, S}, S, n, N, m};
 }
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
@@ -399,7 +409,7 @@ struct MergeMomentsBody {
 
 // Phase 3 forward: y = relu?((x - center) * scale + shift + residual), every operand dense
 // alike; thread j takes the V elements from j * V on (V dividing C for rows: adjacent
-// channels of one row; S for planes: one channel).
+// channels of one row; for planes one channel, or two where V does not divide S).
 template <class T, int V>
 struct NormalizeRowsBody {
   using P = Pack<T, V>;
@@ -411,11 +421,11 @@ struct NormalizeRowsBody {
   bool relu;
   RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c0 = channel(j * V), step = channel.step();
+    const int64_t c0 = channel(j * V);
     const P xs = x[j], rs = residual ? residual[j] : P{};
     P out;
     for (int e = 0; e < V; ++e) {
-      const int64_t c = c0 + e * step;
+      const int64_t c = channel.template in_pack<V>(j * V, c0, e);
       A v = (load(xs.e[e]) - k.center[c]) * k.scale[c] + k.shift[c];
       if (residual) v = v + load(rs.e[e]);
       out.e[e] = store<T>(relu && !(v > A(0)) ? A(0) : v);
@@ -571,11 +581,11 @@ struct GradRowsBody {
   ChannelOf channel;
   RF_HD void operator()(int64_t j) const {
     using A = acc_t<T>;
-    const int64_t c0 = channel(j * V), step = channel.step();
+    const int64_t c0 = channel(j * V);
     const P dys = dy[j], xs = x[j], ys = y ? y[j] : P{};
     P dxs, dzs;
     for (int e = 0; e < V; ++e) {
-      const int64_t c = c0 + e * step;
+      const int64_t c = channel.template in_pack<V>(j * V, c0, e);
       const A g = masked(load(dys.e[e]), y != nullptr, load(ys.e[e]));
       dxs.e[e] = store<T>(k.scale[c] * (g - k.mean_dz[c] - (load(xs.e[e]) - k.center[c]) * k.xmu[c]));
       dzs.e[e] = store<T>(g);
@@ -637,7 +647,7 @@ void batch_norm_forward_train(const Exec& exec, const View& y, const View& mean,
       });
       exec.rows(C, MergeMomentsBody<T>{cc, chunk_mean, chunk_m2, m, v, g, b, eps, k});
       const T* r = residual ? residual->ptr<const T>() : nullptr;
-      with_pack<T>(walk.pack_divisor, {y.data, x.data, r}, [&](auto pack) {
+      with_pack<T>(walk.phase3_divisor, {y.data, x.data, r}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, NormalizeRowsBody<T, V>{static_cast<P*>(y.data), static_cast<const P*>(x.data),
@@ -714,7 +724,7 @@ void batch_norm_backward(const Exec& exec, const View& dx, const View* dgamma, c
       });
       exec.rows(C, MergeGradSumsBody<T>{cc, sum_dz, sum_dz_xmu, m, v, g, dg, db, eps, k});
       T* dr = dresidual ? dresidual->ptr<T>() : nullptr;
-      with_pack<T>(walk.pack_divisor, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
+      with_pack<T>(walk.phase3_divisor, {dx.data, dr, dy.data, x.data, yp}, [&](auto pack) {
         constexpr int V = decltype(pack)::value;
         using P = Pack<T, V>;
         exec.elementwise(x.numel() / V, GradRowsBody<T, V>{static_cast<P*>(dx.data), reinterpret_cast<P*>(dr),
