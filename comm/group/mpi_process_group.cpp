@@ -59,7 +59,9 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "ringflow/comm/algorithms/allreduce.h"
@@ -168,6 +170,9 @@ Traffic ring_block_traffic(int64_t m, int64_t esize, int n) {
 
 namespace {
 
+// How long a failed job waits, at exit, before MPI_Abort.
+constexpr std::chrono::milliseconds kAbortGrace{500};
+
 struct MpiEnv {
   bool owned = false;       // initialised here: finalised (or aborted) here
   bool job_failed = false;  // a group broke or saw a rank exit (Note [MPI lifecycle])
@@ -198,7 +203,14 @@ struct MpiEnv {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!owned || finalized) return;
-    if (job_failed) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (job_failed) {
+      // MPI_Abort has the launcher end every rank at once, and MPICH's mpiexec can drop what
+      // the ranks wrote just before that it had not passed on yet: their error messages (1 of
+      // 12 runs of a stalled rank under load said nothing). A moment first lets it pass them on.
+      std::fflush(nullptr);
+      std::this_thread::sleep_for(kAbortGrace);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Finalize();
   }
 };
