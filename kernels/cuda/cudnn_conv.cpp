@@ -252,7 +252,8 @@ float time_plan(cudnnHandle_t h, const ConvPlan& plan, const View& x, const View
 }
 
 // The graph API's candidates: the first configurations of the instant heuristics and of the
-// fallback list that could qualify (configs_to_time), each made a plan and timed. A graph cuDNN refuses gives none (the legacy API may still have some).
+// fallback list that could qualify (configs_to_time), each made a plan and timed. A graph
+// cuDNN refuses gives none (the legacy API may still have some).
 void graph_find(const ConvGraphSpec& spec, cudnnHandle_t h, const View& x, const View& w, const View& y,
                 bool tf32, void* ws, size_t limit, Candidates& out) {
   std::shared_ptr<ConvOperationGraph> graph;
