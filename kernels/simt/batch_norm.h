@@ -238,7 +238,6 @@ inline Dense dense_layout(std::initializer_list<const View*> operands) {
 struct ChannelOf {
   FastDiv C, S;  // S = H * W for planes
   bool planes;
-  int64_t plane = 0;  // H * W for planes
   RF_HD int64_t operator()(int64_t i) const { return planes ? C.mod(S.div(i)) : C.mod(i); }
   RF_HD int64_t step() const { return planes ? 0 : 1; }
   // The channel of element first + e of a pack of V from `first`, whose own channel is c0: a
@@ -246,7 +245,7 @@ struct ChannelOf {
   // (7x7) a pack may span two, and each element is asked.
   template <int V>
   RF_HD int64_t in_pack(int64_t first, int64_t c0, int e) const {
-    return planes && plane % V != 0 ? (*this)(first + e) : c0 + e * step();
+    return planes && S.divisor() % V != 0 ? (*this)(first + e) : c0 + e * step();
   }
 };
 
@@ -256,16 +255,17 @@ constexpr int64_t kPlaneChunk = 2048;
 // Phase 1 over planes: chunk p of channel c is planes (p * per_chunk + j, c), j < planes_in(p),
 // of S elements each, read in packs of V: S / V packs a plane.
 struct PlaneChunks {
-  int64_t N, C, per_chunk, packs;  // packs: a plane's
-  FastDiv by_packs;                // a chunk's pack index -> its plane and the pack in it
+  int64_t N, C, per_chunk;
+  FastDiv by_packs;  // by a plane's packs: a chunk's pack index -> its plane and the pack in it
   PlaneChunks(int64_t n, int64_t c, int64_t s, int64_t planes, int V)
-      : N(n), C(c), per_chunk(planes), packs(s / V), by_packs(s / V, planes * (s / V)) {}
+      : N(n), C(c), per_chunk(planes), by_packs(s / V, planes * (s / V)) {}
+  RF_HD int64_t packs() const { return by_packs.divisor(); }  // a plane's
   RF_HD int64_t planes_in(int64_t p) const { return N - p * per_chunk < per_chunk ? N - p * per_chunk : per_chunk; }
   // Where pack k of chunk p of channel c is, in packs from the start of x.
   RF_HD int64_t pack_at(int64_t p, int64_t c, int64_t k) const {
     int64_t j, e;
     by_packs.divmod(k, j, e);
-    return ((p * per_chunk + j) * C + c) * packs + e;
+    return ((p * per_chunk + j) * C + c) * packs() + e;
   }
 };
 
@@ -286,7 +286,7 @@ inline DenseWalk dense_walk(const View& x, Dense layout) {
   if (layout == Dense::rows) return {channel_chunks(count, C), {FastDiv(C, n), FastDiv(), false}, C, C};
   const int64_t N = x.shape[0], S = x.shape[2] * x.shape[3];
   const int64_t m = std::min(N, std::max<int64_t>(1, (kPlaneChunk + S - 1) / S));
-  return {{count, C, m * S, (N + m - 1) / m}, {FastDiv(C, n), FastDiv(S, n), true, S}, S, n, N, m};
+  return {{count, C, m * S, (N + m - 1) / m}, {FastDiv(C, n), FastDiv(S, n), true}, S, n, N, m};
 }
 
 // Count, mean and sum of squared deviations of a set of values; merged pairwise.
@@ -345,7 +345,7 @@ struct PlaneMomentsBody {
   RF_HD void operator()(const Block& block, int64_t r) const {
     using A = acc_t<T>;
     using P = Pack<T, V>;
-    const int64_t p = r / pc.C, c = r - p * pc.C, packs = pc.planes_in(p) * pc.packs;
+    const int64_t p = r / pc.C, c = r - p * pc.C, packs = pc.planes_in(p) * pc.packs();
     const P* xp = reinterpret_cast<const P*>(x);
     const auto plus = [](A a, A b) { return a + b; };
     const A mu = block.reduce(packs, A(0), [&](int64_t k) {
@@ -519,7 +519,7 @@ struct PlaneGradSumsBody {
     const P* yp = reinterpret_cast<const P*>(y);
     const A mu = static_cast<A>(mean.get(c, 0.0));
     const SumPair<A> s = block.reduce(
-        pc.planes_in(p) * pc.packs, SumPair<A>{},
+        pc.planes_in(p) * pc.packs(), SumPair<A>{},
         [&](int64_t k) {
           const int64_t at = pc.pack_at(p, c, k);
           const P dys = dyp[at], xs = xp[at], ys = yp ? yp[at] : P{};

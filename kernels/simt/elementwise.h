@@ -257,10 +257,11 @@ void unary(const Exec& exec, UnaryOp op, const View& out, const View& in) {
   const Indexer<2> ix = make_indexer<2>({&out, &in}, "unary");
   visit_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    using P = Pack<T, kPack<T>>;
+    constexpr int V = kPack<T>;
+    using P = Pack<T, V>;
     if (dense_run(ix) && packs_fit<T>(ix.numel, {out.data, in.data}))
-      return exec.elementwise(ix.numel / kPack<T>, UnaryPackBody<T, kPack<T>>{static_cast<P*>(out.data),
-                                                                              static_cast<const P*>(in.data), op});
+      return exec.elementwise(ix.numel / V, UnaryPackBody<T, V>{static_cast<P*>(out.data),
+                                                                static_cast<const P*>(in.data), op});
     exec.elementwise(ix.numel, UnaryBody<T>{out.ptr<T>(), in.ptr<const T>(), op, ix});
   });
 }
@@ -275,11 +276,11 @@ void binary(const Exec& exec, BinaryOp op, const View& out, const View& a, const
   const Indexer<3> ix = make_indexer<3>({&out, &a, &b}, "binary");
   visit_dtype(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    using P = Pack<T, kPack<T>>;
+    constexpr int V = kPack<T>;
+    using P = Pack<T, V>;
     if (dense_run(ix) && packs_fit<T>(ix.numel, {out.data, a.data, b.data}))
-      return exec.elementwise(ix.numel / kPack<T>,
-                              BinaryPackBody<T, kPack<T>>{static_cast<P*>(out.data), static_cast<const P*>(a.data),
-                                                          static_cast<const P*>(b.data), op});
+      return exec.elementwise(ix.numel / V, BinaryPackBody<T, V>{static_cast<P*>(out.data), static_cast<const P*>(a.data),
+                                                                 static_cast<const P*>(b.data), op});
     exec.elementwise(ix.numel, BinaryBody<T>{out.ptr<T>(), a.ptr<const T>(), b.ptr<const T>(), op, ix});
   });
 }

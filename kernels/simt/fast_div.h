@@ -32,6 +32,7 @@ class FastDiv {
     return static_cast<int64_t>((static_cast<uint64_t>(mulhi(u, mul_)) + u) >> shift_);
   }
   RF_HD int64_t mod(int64_t n) const { return n - div(n) * d_; }
+  RF_HD int64_t divisor() const { return d_; }
   // n / d into q, n % d into r.
   RF_HD void divmod(int64_t n, int64_t& q, int64_t& r) const {
     q = div(n);

@@ -300,7 +300,7 @@ struct AdaptiveAvgBackwardBody {
 };
 
 // Whether every offset inside one (n, c) plane of each view, and of a dense view of its
-// sizes in either layout (max pooling's argmax), fits int32_t.
+// sizes in either layout (the backward's argmax has dy's), fits int32_t.
 inline bool in_plane_offsets_fit(std::initializer_list<const View*> views) {
   for (const View* v : views) {
     const int64_t H = v->shape[2], W = v->shape[3];
@@ -352,7 +352,7 @@ Workspace max_pool2d_forward(const Exec& exec, const View& y, const View& x, con
   Workspace argmax = Exec::workspace(static_cast<size_t>(std::max<int64_t>(y.numel(), 1)) * sizeof(int32_t));
   visit_floating(x.dtype, "max_pool2d_forward", [&](auto tag) {
     using T = decltype(tag);
-    with_plane_index(in_plane_offsets_fit({&x, &y}), [&](auto index) {
+    with_plane_index(in_plane_offsets_fit({&x}), [&](auto index) {  // y is indexed in int64
       using I = decltype(index);
       exec.elementwise(y.numel(), MaxPoolForwardBody<T, I>{nchw<T>(y), nchw<const T>(x),
                                                            static_cast<int32_t*>(argmax.get()), g});
@@ -370,8 +370,8 @@ void max_pool2d_backward(const Exec& exec, const View& dx, const View& dy, const
   check(argmax != nullptr, "max_pool2d_backward", "no argmax from max_pool2d_forward of this table");
   visit_floating(x.dtype, "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
-    // The argmax walks dy's sizes in x's order: its planes' spans are a dense dy's.
-    with_plane_index(in_plane_offsets_fit({&dx, &dy}), [&](auto index) {
+    // dy and the argmax (dy's sizes, dense) are read in I; dx is written in int64.
+    with_plane_index(in_plane_offsets_fit({&dy}), [&](auto index) {
       using I = decltype(index);
       exec.elementwise(dx.numel(), MaxPoolBackwardBody<T, I>{nchw<T>(dx), nchw<const T>(dy),
                                                              static_cast<const int32_t*>(argmax.get()), g});
