@@ -116,22 +116,21 @@ RF_AVX512BF16 inline void store16(uint16_t* p, __m512 v) {
   std::memcpy(p, &h, sizeof h);
 }
 
-// The transformed input patch of a tile, channels c0 .. c0 + 16 of its image x (C channels),
-// the patch's pixels at px (Tile::patch).
-RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* x, int64_t C,
-                                            const int64_t px[16], int64_t c0) {
+// The transformed input patch of a tile, channels c0 .. c0 + 16, its pixels at rows
+// (Tile::rows).
+RF_AVX512BF16 inline void transformed_patch(__m512 v[16], const uint16_t* const rows[16],
+                                            int64_t c0) {
   __m512 d[16];
-  for (int e = 0; e < kPoints; ++e)
-    d[e] = px[e] < 0 ? _mm512_setzero_ps() : load16(x + px[e] * C + c0);
+  for (int e = 0; e < kPoints; ++e) d[e] = load16(rows[e] + c0);
   input_transform(v, d);
 }
 
-// The gradient of a tile's 16 products, channels k0 .. k0 + 16 of its image dy (K channels),
-// the tile's outputs at px (Tile::outputs).
-RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* dy, int64_t K,
-                                           const int64_t px[4], int64_t k0) {
+// The gradient of a tile's 16 products, channels k0 .. k0 + 16, its output gradient's pixels
+// at rows (Tile::rows).
+RF_AVX512BF16 inline void transformed_grad(__m512 z[16], const uint16_t* const rows[4],
+                                           int64_t k0) {
   __m512 y[4];
-  for (int i = 0; i < 4; ++i) y[i] = px[i] < 0 ? _mm512_setzero_ps() : load16(dy + px[i] * K + k0);
+  for (int i = 0; i < 4; ++i) y[i] = load16(rows[i] + k0);
   grad_transform(z, y);
 }
 
@@ -153,14 +152,12 @@ RF_AVX512BF16 void output_tile(uint16_t* y, int64_t K, const Tiles& g, int64_t t
 }
 
 RF_AVX512BF16 void input_tile(uint16_t* v, int64_t point_stride, const uint16_t* x, int64_t C,
-                              const Tiles& g, int64_t t) {
-  const Tile tile(g, t);
-  int64_t px[16];
-  tile.patch(px);
-  x += tile.image(C);
+                              const Tiles& g, int64_t t, const uint16_t* zeros) {
+  const uint16_t* rows[kPoints];
+  Tile(g, t).rows<kPoints>(rows, x, C, zeros);
   for (int64_t c0 = 0; c0 < C; c0 += kLanes) {
     __m512 u[16];
-    transformed_patch(u, x, C, px, c0);
+    transformed_patch(u, rows, c0);
     for (int e = 0; e < kPoints; ++e) store16(v + e * point_stride + c0, u[e]);
   }
 }
@@ -175,6 +172,7 @@ struct Forward {
   Tiles g;
   const uint16_t* u;
   const float* bias;
+  const uint16_t* zeros;  // ZeroRow of Cin
 
   // Tiles [t0, t0 + n) through v and m, by `parts` threads of which the caller is `part`
   // (chunk_phases).
@@ -182,7 +180,7 @@ struct Forward {
              int parts) const {
     chunk_phases(
         n, column_blocks(Cout), part, parts,
-        [&](int64_t i) { input_tile(v.data + i * Cin, v.stride, x, Cin, g, t0 + i); },
+        [&](int64_t i) { input_tile(v.data + i * Cin, v.stride, x, Cin, g, t0 + i, zeros); },
         [&](int64_t e, int64_t kb) {
           gemm_block(n, Cout, kb, {v.point(e), Cin, 2, u + e * (Cin / 2) * Cout * 2, 2 * Cout,
                                    Cin / 2, m.point(e), Cout, false});
@@ -221,32 +219,29 @@ RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
 }
 
 // The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
-// (zeros from `last` on), pair-interleaved: out[point][ch][2].
+// (zeros from `last` on), pair-interleaved: out[point][ch][2]. Each tile's results go to an
+// array of its own (not through a pointer that picks one): GCC then keeps both in registers.
 template <bool Grad, bool Stream>
 RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
-                             int64_t channels, const Tiles& g, int64_t t, int64_t last) {
-  const Tile tiles[2] = {Tile(g, t), Tile(g, std::min(t + 1, last - 1))};
-  int64_t px[2][16];
-  const uint16_t* image[2];
+                             int64_t channels, const Tiles& g, int64_t t, int64_t last,
+                             const uint16_t* zeros) {
+  constexpr int P = Grad ? 4 : kPoints;
+  const uint16_t* rows[2][P];
   for (int i = 0; i < 2; ++i) {
-    if constexpr (Grad) {
-      tiles[i].outputs(px[i]);
+    if (t + i < last) {
+      Tile(g, t + i).rows<P>(rows[i], src, channels, zeros);
     } else {
-      tiles[i].patch(px[i]);
+      std::fill_n(rows[i], P, zeros);
     }
-    image[i] = src + tiles[i].image(channels);
   }
   for (int64_t c0 = 0; c0 < channels; c0 += kLanes) {
     __m512 a[16], b[16];
-    for (int64_t i = 0; i < 2; ++i) {
-      __m512* dst = i == 0 ? a : b;
-      if (t + i >= last) {
-        for (int e = 0; e < kPoints; ++e) dst[e] = _mm512_setzero_ps();
-      } else if constexpr (Grad) {
-        transformed_grad(dst, image[i], channels, px[i], c0);
-      } else {
-        transformed_patch(dst, image[i], channels, px[i], c0);
-      }
+    if constexpr (Grad) {
+      transformed_grad(a, rows[0], c0);
+      transformed_grad(b, rows[1], c0);
+    } else {
+      transformed_patch(a, rows[0], c0);
+      transformed_patch(b, rows[1], c0);
     }
     for (int e = 0; e < kPoints; ++e)
       store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
@@ -268,6 +263,7 @@ struct BackwardWeights {
   const uint16_t* x;
   int64_t C;
   Tiles g;
+  const uint16_t* zeros;  // ZeroRow of max(C, K)
 
   // Tiles [t0, t0 + n) through v and z, added onto du; by `parts` threads of which the
   // caller is `part`.
@@ -276,8 +272,8 @@ struct BackwardWeights {
     const int64_t pairs = (n + 1) / 2;
     const auto transform = [&](int64_t p, auto stream) {
       constexpr bool kStream = decltype(stream)::value;
-      tile_pair<false, kStream>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, g.count());
-      tile_pair<true, kStream>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, g.count());
+      tile_pair<false, kStream>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, g.count(), zeros);
+      tile_pair<true, kStream>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, g.count(), zeros);
     };
     chunk_phases(
         pairs, column_blocks(K), part, parts,
@@ -391,8 +387,9 @@ bool winograd_forward(const View& y, const View& x, const View& w, const View* b
   const float* b = f32_bias(bias, K, bias_buf);
   const DerivedBuffer u = transformed_weights(w, /*backward_data=*/false);
   const StagedView in = channels_last(x, true, DType::bf16), out = channels_last(y, false, DType::bf16);
+  const ZeroRow<uint16_t> zeros(x.shape[1]);
   Forward{out_data(out), K, in_data(in), x.shape[1], Tiles(x.shape[0], x.shape[2], x.shape[3]),
-          static_cast<const uint16_t*>(u.data()), b}.run();
+          static_cast<const uint16_t*>(u.data()), b, zeros.data()}.run();
   out.finish();
   return true;
 }
@@ -403,9 +400,10 @@ bool winograd_backward_data(const View& dx, const View& dy, const View& w,
     return false;
   const DerivedBuffer u = transformed_weights(w, /*backward_data=*/true);
   const StagedView in = channels_last(dy, true, DType::bf16), out = channels_last(dx, false, DType::bf16);
+  const ZeroRow<uint16_t> zeros(dy.shape[1]);
   Forward{out_data(out), dx.shape[1], in_data(in), dy.shape[1],
           Tiles(dy.shape[0], dy.shape[2], dy.shape[3]), static_cast<const uint16_t*>(u.data()),
-          nullptr}.run();
+          nullptr, zeros.data()}.run();
   out.finish();
   return true;
 }
@@ -418,8 +416,9 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
     return false;
   const int64_t K = dy.shape[1], C = x.shape[1];
   const StagedView grad = channels_last(dy, true, DType::bf16), in = channels_last(x, true, DType::bf16);
+  const ZeroRow<uint16_t> zeros(std::max(C, K));
   const BackwardWeights products{in_data(grad), K, in_data(in), C,
-                                 Tiles(x.shape[0], x.shape[2], x.shape[3])};
+                                 Tiles(x.shape[0], x.shape[2], x.shape[3]), zeros.data()};
   const ChunkPlan plan = products.plan();
   ScratchBuffer du_buf(size_t(plan.slots * kPoints * C * K) * sizeof(float));
   float* du = static_cast<float*>(du_buf.data());

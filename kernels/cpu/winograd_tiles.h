@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -63,6 +64,35 @@ struct Tile {
   }
   // Where image n begins in a dense channels-last activation of `channels` channels.
   int64_t image(int64_t channels) const { return n * g->H * g->W * channels; }
+  // Where the input patch's pixels (P = 16) or the output tile's (P = 4) begin in the dense
+  // channels-last activation a of `channels` channels, `zeros` for those outside the image:
+  // the transforms' loads then need neither a test nor a multiply per block of channels.
+  template <int P, class T>
+  void rows(const T* r[P], const T* a, int64_t channels, const T* zeros) const {
+    static_assert(P == kPoints || P == 4);
+    int64_t px[P];
+    if constexpr (P == kPoints) {
+      patch(px);
+    } else {
+      outputs(px);
+    }
+    a += image(channels);
+    for (int e = 0; e < P; ++e) r[e] = px[e] < 0 ? zeros : a + px[e] * channels;
+  }
+};
+
+// A row of zeros as long as a pixel of the widest activation a convolution reads: what
+// Tile::rows gives for pixels outside the image.
+template <class T>
+class ZeroRow {
+ public:
+  explicit ZeroRow(int64_t channels) : buffer_(size_t(channels) * sizeof(T)) {
+    std::memset(buffer_.data(), 0, size_t(channels) * sizeof(T));
+  }
+  const T* data() const { return static_cast<const T*>(buffer_.data()); }
+
+ private:
+  ScratchBuffer buffer_;
 };
 
 // [begin, end) of `part` when n items are split into `parts`.
