@@ -60,8 +60,8 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   // Odd sizes leave half-empty tiles, and an odd count of them a zero tile in
   // backward-weights (5x5); 1x1 images a single one; more channels than one micro-kernel
   // column block of 32, and a last block of 16 (48 channels, and 16 for dx); threads with
-  // chunks of their own (64 channels) or sharing each chunk (512x512 weights: forward;
-  // 128x128: backward-weights, which then streams its transforms past the caches, and whose
+  // chunks of their own (64 channels) or not (512x512 weights: forward, whose threads share
+  // each chunk; 128x128: backward-weights, whose threads split each chunk's points, and whose
   // 576 tiles leave a short last chunk); and NCHW operands, which go through a channels-last
   // copy.
   const int64_t shapes[][5] = {{2, 16, 48, 7, 9},   {3, 48, 64, 8, 8},   {1, 64, 32, 1, 1},
@@ -102,6 +102,21 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
     CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before + 1);
     derived.reset();
     CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before);
+  }
+  // Backward-weights' threads split each chunk's points where they split them evenly (1, 2
+  // and 4 threads), else share each chunk (3): every way against the reference. 96x96
+  // weights are past a thread's own partial sums; 99 tiles make two chunks and more with
+  // 1 or 2 threads, the last with an odd count.
+  {
+    const int threads = num_threads();
+    for (const int t : {1, 2, 3, 4}) {
+      set_num_threads(t);
+      ConvCase c{11, 96, 96, 5, 5, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
+      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+      CAPTURE(t);
+      CHECK(check_conv(cpu(), c, rng));
+    }
+    set_num_threads(threads);
   }
   // Not for other geometries or with the direct algorithm asked for.
   Buf x = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);

@@ -192,7 +192,8 @@ struct Forward {
   // one; otherwise they share each chunk, each with its part of the weights.
   void run() const {
     const bool own = kPoints * Cin * Cout * 2 <= kOwnWeightBytes;
-    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout), own, kRows);
+    const ChunkPlan plan(g.count(), kPoints * (2 * Cin + 4 * Cout),
+                         own ? Sharing::own : Sharing::shared, kRows);
     const PointScratch<uint16_t> v(plan, Cin);
     const PointScratch<float> m(plan, Cout);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
@@ -219,9 +220,11 @@ RF_AVX512BF16 inline void store_pairs(uint16_t* out, __m512 a, __m512 b) {
 }
 
 // The transformed input (Grad false) or output gradient (Grad true) of tiles t and t + 1
-// (zeros from `last` on), pair-interleaved: out[point][ch][2]. Each tile's results go to an
-// array of its own (not through a pointer that picks one): GCC then keeps both in registers.
-template <bool Grad, bool Stream>
+// (zeros from `last` on), the points of Rows only, pair-interleaved: out[point][ch][2], the
+// first of Rows' points at out. Each tile's results go to an array of its own (not through a
+// pointer that picks one): GCC then keeps both in registers, and drops the loads and sums
+// that points outside Rows would need.
+template <bool Grad, bool Stream, class Rows = PointRows<0, 4>>
 RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t* src,
                              int64_t channels, const Tiles& g, int64_t t, int64_t last,
                              const uint16_t* zeros) {
@@ -243,20 +246,22 @@ RF_AVX512BF16 void tile_pair(uint16_t* out, int64_t point_stride, const uint16_t
       transformed_patch(a, rows[0], c0);
       transformed_patch(b, rows[1], c0);
     }
-    for (int e = 0; e < kPoints; ++e)
-      store_pairs<Stream>(out + e * point_stride + 2 * c0, a[e], b[e]);
+    for (int e = 4 * Rows::begin; e < 4 * Rows::end; ++e)
+      store_pairs<Stream>(out + (e - 4 * Rows::begin) * point_stride + 2 * c0, a[e], b[e]);
   }
 }
 
 // du[point][C][K] (f32) = sum over tiles of the transformed input times the transformed
-// output gradient; as Forward, by chunks, each thread's own or shared by all. In a shared
-// chunk each thread's GEMMs read what the others transformed, so a cached store of the next
-// chunk's transforms first takes its line back from the core that read it last. Where that
-// costs little (cores close together) cached stores were ~10% faster per layer; where the
-// cores are far apart (a Zen 4 VM, in spells) they made the transforms 3x slower and the
-// layer up to 1.6x: so shared chunks stream their transforms past the caches, whose tiles
-// the GEMMs then read from memory (docs/kernels.md). The streamed stores are whole aligned lines:
-// C and K are multiples of 16 and PointScratch's points start on a line.
+// output gradient; by chunks, each thread's own, or each thread its rows of points of every
+// chunk, or shared by all. In a shared chunk each thread's GEMMs read what the others
+// transformed, so a cached store of the next chunk's transforms first takes its line back
+// from the core that read it last. Where the cores are far apart (a Zen 4 VM, in spells)
+// that made the transforms 3x slower and the layer up to 1.6x, so shared chunks stream their
+// transforms past the caches and the GEMMs read them from memory. Split by points, nothing
+// passes between cores at all: each thread transforms its points of every tile (loading
+// 3/4 of each input patch and all of its gradient) and its GEMMs read them from its own
+// cache, which is faster than either (docs/kernels.md). The streamed stores are whole
+// aligned lines: C and K are multiples of 16 and PointScratch's points start on a line.
 struct BackwardWeights {
   const uint16_t* dy;
   int64_t K;
@@ -287,20 +292,48 @@ struct BackwardWeights {
         [](int64_t) {});
   }
 
+  // Tiles [t0, t0 + n) through v and z, Rows' points only (the first at v.point(0)), added
+  // onto those of du; by the calling thread alone.
+  template <class Rows>
+  void point_chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<uint16_t> z, float* du,
+                   Rows) const {
+    const int64_t pairs = (n + 1) / 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+      tile_pair<false, false, Rows>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, g.count(), zeros);
+      tile_pair<true, false, Rows>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, g.count(), zeros);
+    }
+    for (int64_t e = 0; e < 4 * (Rows::end - Rows::begin); ++e)
+      for (int64_t kb = 0; kb < column_blocks(K); ++kb)
+        gemm_block(C, K, kb, {v.point(e), 2, 2 * C, z.point(e), 2 * K, pairs,
+                              du + (4 * Rows::begin + e) * C * K, K, true});
+  }
+
   // Threads take whole chunks where a partial weight gradient of their own stays in a
-  // core's cache; run() leaves plan.slots partial sums in du, to be added. A shared chunk
-  // holds at least du's bytes of tiles: each chunk reads and writes all of du, which at
-  // 512 channels (16 MB) cost more than the GEMMs' own reads in 4 MB chunks (docs/kernels.md).
+  // core's cache; run() leaves plan.partials() partial sums in du, to be added. Otherwise
+  // they split the points where they split them evenly, else share each chunk. A chunk holds
+  // at least as many bytes of tiles as the threads' part of du (each chunk reads and writes
+  // all of it: at 512 channels, 16 MB, that cost more than the GEMMs' own reads in 4 MB
+  // chunks; docs/kernels.md), split by points at least kOwnChunkBytes.
   ChunkPlan plan() const {
-    const int64_t du_bytes = kPoints * C * K * 4;
-    return ChunkPlan(g.count(), kPoints * 2 * (C + K), du_bytes <= kOwnPartialBytes, 2,
-                     std::max(kChunkBytes, du_bytes));
+    const int64_t du_bytes = kPoints * C * K * 4, tile_bytes = kPoints * 2 * (C + K);
+    const int threads = omp_get_max_threads();
+    if (du_bytes <= kOwnPartialBytes) return ChunkPlan(g.count(), tile_bytes, Sharing::own, 2);
+    if (points_split_evenly(threads))
+      return ChunkPlan(g.count(), tile_bytes, Sharing::points, 2,
+                       std::max(kOwnChunkBytes, du_bytes / threads));
+    return ChunkPlan(g.count(), tile_bytes, Sharing::shared, 2, std::max(kChunkBytes, du_bytes));
   }
   void run(const ChunkPlan& plan, float* du) const {
     const PointScratch<uint16_t> v(plan, C), z(plan, K);
-    fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
+    fill(View{du, DType::f32, {plan.partials() * kPoints * C * K}, {1}}, 0.0);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
-      chunk(t0, n, v.slot(slot), z.slot(slot), du + slot * kPoints * C * K, part, parts);
+      if (plan.sharing == Sharing::points) {
+        with_point_rows(part, parts, [&](auto rows) {
+          point_chunk(t0, n, v.slot(slot), z.slot(slot), du, rows);
+        });
+      } else {
+        chunk(t0, n, v.slot(slot), z.slot(slot), du + slot * kPoints * C * K, part, parts);
+      }
     });
   }
 };
@@ -420,13 +453,13 @@ bool winograd_backward_weights(const View& dw, const View* db, const View& dy, c
   const BackwardWeights products{in_data(grad), K, in_data(in), C,
                                  Tiles(x.shape[0], x.shape[2], x.shape[3]), zeros.data()};
   const ChunkPlan plan = products.plan();
-  ScratchBuffer du_buf(size_t(plan.slots * kPoints * C * K) * sizeof(float));
+  ScratchBuffer du_buf(size_t(plan.partials() * kPoints * C * K) * sizeof(float));
   float* du = static_cast<float*>(du_buf.data());
   products.run(plan, du);
   ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
   float* taps = static_cast<float*>(taps_buf.data());
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.slots, C, K, c);
+  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.partials(), C, K, c);
   store_weight_gradient(dw, taps);
   if (db) conv_bias_grad(*db, in_data(grad), dy.numel() / K, K);
   return true;

@@ -191,7 +191,8 @@ struct Forward {
 
   void run() const {
     const bool own = kPoints * Cin * Cout * 4 <= kOwnWeightBytes;
-    const ChunkPlan plan(g.count(), kPoints * 4 * (Cin + Cout), own, kRows);
+    const ChunkPlan plan(g.count(), kPoints * 4 * (Cin + Cout),
+                         own ? Sharing::own : Sharing::shared, kRows);
     const PointScratch<float> v(plan, Cin), m(plan, Cout);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
       chunk(t0, n, v.slot(slot), m.slot(slot), part, parts);
@@ -232,11 +233,11 @@ struct BackwardWeights {
   // each), to be added.
   ChunkPlan plan() const {
     const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;
-    return ChunkPlan(g.count(), kPoints * 4 * (C + K), own, 1);
+    return ChunkPlan(g.count(), kPoints * 4 * (C + K), own ? Sharing::own : Sharing::shared, 1);
   }
   void run(const ChunkPlan& plan, float* du, float* db) const {
     const PointScratch<float> v(plan, C), z(plan, K);
-    fill(View{du, DType::f32, {plan.slots * kPoints * C * K}, {1}}, 0.0);
+    fill(View{du, DType::f32, {plan.partials() * kPoints * C * K}, {1}}, 0.0);
     fill(View{db, DType::f32, {omp_get_max_threads() * K}, {1}}, 0.0);
     plan.run([&](int64_t t0, int64_t n, int slot, int part, int parts) {
       chunk(t0, n, v.slot(slot), z.slot(slot), du + slot * kPoints * C * K,
@@ -344,7 +345,7 @@ bool winograd_f32_backward_weights(const View& dw, const View* db, const View& d
                                  Tiles(x.shape[0], x.shape[2], x.shape[3]), db != nullptr};
   const ChunkPlan plan = products.plan();
   const int threads = omp_get_max_threads();
-  ScratchBuffer du_buf(size_t(plan.slots * kPoints * C * K) * sizeof(float));
+  ScratchBuffer du_buf(size_t(plan.partials() * kPoints * C * K) * sizeof(float));
   ScratchBuffer db_buf(size_t(threads * K) * sizeof(float));
   float* du = static_cast<float*>(du_buf.data());
   float* bias_sums = static_cast<float*>(db_buf.data());
@@ -352,7 +353,7 @@ bool winograd_f32_backward_weights(const View& dw, const View* db, const View& d
   ScratchBuffer taps_buf(size_t(K * C * 9) * sizeof(float));
   float* taps = static_cast<float*>(taps_buf.data());
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.slots, C, K, c);
+  for (int64_t c = 0; c < C; ++c) weight_gradient_row(taps, du, plan.partials(), C, K, c);
   store_weight_gradient(dw, taps);
   if (db) {
     for (int i = 1; i < threads; ++i)

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -101,47 +102,90 @@ struct Range {
   Range(int64_t n, int part, int parts) : begin(n * part / parts), end(n * (part + 1) / parts) {}
 };
 
+// How threads share a convolution's chunks of tiles:
+// - own: each thread takes whole chunks, with scratch of its own;
+// - shared: all threads work on each chunk together, in one scratch, each its part of every
+//   phase (chunk_phases);
+// - points: each thread takes every chunk, with scratch of its own, and only its rows of the
+//   tiles' 4x4 points (PointRows): nothing passes between the threads.
+enum class Sharing { own, shared, points };
+
+// In points sharing, whether the threads split the 4 rows of points evenly.
+inline bool points_split_evenly(int threads) { return 4 % threads == 0; }
+
 // How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
-// `multiple`) whose transformed operands take about kOwnChunkBytes or `shared_bytes`: each
-// thread takes whole chunks with scratch of its own (`own`, and chunks small enough that
-// every thread gets some), or all threads share each chunk (one scratch). A slot of scratch
-// holds `capacity` rows, the budget's whatever the batch, so that the memory a step takes
-// grows with the batch as its activations do (apps/step_memory.h fits it from two small
-// batches).
+// `multiple`) whose transformed operands (`bytes_per_tile` for all 16 points; a slot holds
+// `points` of them) take about kOwnChunkBytes (own) or `budget` (shared, points). Own chunks
+// are small enough that every thread gets some. A slot of scratch holds `capacity` rows, the
+// budget's whatever the batch, so that the memory a step takes grows with the batch as its
+// activations do (apps/step_memory.h fits it from two small batches).
 struct ChunkPlan {
-  bool own;
+  Sharing sharing;
   int64_t tiles, rows, chunks, capacity;
-  int slots;
-  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, bool own_chunks, int64_t multiple,
-            int64_t shared_bytes = kChunkBytes)
-      : own(own_chunks), tiles(tile_count) {
+  int slots, points;
+  ChunkPlan(int64_t tile_count, int64_t bytes_per_tile, Sharing how, int64_t multiple,
+            int64_t budget = kChunkBytes)
+      : sharing(how), tiles(tile_count) {
     const int threads = omp_get_max_threads();
-    const int64_t budget = own ? kOwnChunkBytes : shared_bytes;
-    capacity = rows = std::max(multiple, budget / bytes_per_tile / multiple * multiple);
+    if (sharing == Sharing::points && !points_split_evenly(threads))
+      throw std::logic_error("winograd: " + std::to_string(threads) + " threads split no points");
+    const bool own = sharing == Sharing::own;
+    slots = sharing == Sharing::shared ? 1 : threads;
+    points = sharing == Sharing::points ? kPoints / threads : kPoints;
+    const int64_t slot_bytes = std::max<int64_t>(1, bytes_per_tile * points / kPoints);
+    capacity = rows = std::max(multiple, (own ? kOwnChunkBytes : budget) / slot_bytes / multiple * multiple);
     if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
     chunks = (tiles + rows - 1) / rows;
-    slots = own ? threads : 1;
   }
   static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+  // How many partial sums threads that accumulate over chunks leave: one per own slot.
+  int partials() const { return sharing == Sharing::own ? slots : 1; }
 
   // body(t0, n, slot, part, parts) for every chunk [t0, t0 + n): with own chunks by one
-  // thread (its scratch slot, part 0 of 1), else by all threads of the team together.
+  // thread (its scratch slot, part 0 of 1); shared, by all threads of the team together
+  // (slot 0); by points, by every thread (its slot, its part of the slots' parts: all of
+  // them even if the team is smaller than planned).
   template <class Body>
   void run(const Body& body) const {
 #pragma omp parallel
     {
       const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+      const bool own = sharing == Sharing::own;
       for (int64_t i = own ? tid : 0; i < chunks; i += own ? nt : 1) {
         const int64_t t0 = i * rows, n = std::min(rows, tiles - t0);
-        if (own) {
-          body(t0, n, tid, 0, 1);
-        } else {
-          body(t0, n, 0, tid, nt);
+        switch (sharing) {
+          case Sharing::own: body(t0, n, tid, 0, 1); break;
+          case Sharing::shared: body(t0, n, 0, tid, nt); break;
+          case Sharing::points:
+            for (int part = tid; part < slots; part += nt) body(t0, n, tid, part, slots);
+            break;
         }
       }
     }
   }
 };
+
+// Rows [Begin, End) of a tile's 4x4 points, as a type: the transforms compute those alone.
+template <int Begin, int End>
+struct PointRows {
+  static constexpr int begin = Begin, end = End;
+};
+
+// f(PointRows<...>()) with part `part` of `parts` (1 to 4) of the rows of points.
+template <class F>
+void with_point_rows(int part, int parts, const F& f) {
+  switch (Range(4, part, parts).begin * 8 + Range(4, part, parts).end) {
+    case 0 * 8 + 4: return f(PointRows<0, 4>());
+    case 0 * 8 + 2: return f(PointRows<0, 2>());
+    case 2 * 8 + 4: return f(PointRows<2, 4>());
+    case 0 * 8 + 1: return f(PointRows<0, 1>());
+    case 1 * 8 + 2: return f(PointRows<1, 2>());
+    case 2 * 8 + 3: return f(PointRows<2, 3>());
+    case 3 * 8 + 4: return f(PointRows<3, 4>());
+    default: throw std::logic_error("winograd: no point rows for part " + std::to_string(part) +
+                                    " of " + std::to_string(parts));
+  }
+}
 
 // One slot of a chunk's transformed operands of one kind: point e's rows at point(e).
 template <class T>
@@ -161,15 +205,17 @@ class PointScratch {
  public:
   PointScratch(const ChunkPlan& plan, int64_t row)
       : stride_((lines(plan.capacity * row) | 1) * kLine),
-        buffer_(size_t(plan.slots * kPoints * stride_) * sizeof(T)) {}
+        points_(plan.points),
+        buffer_(size_t(plan.slots * points_ * stride_) * sizeof(T)) {}
   Points<T> slot(int s) const {
-    return {static_cast<T*>(buffer_.data()) + s * kPoints * stride_, stride_};
+    return {static_cast<T*>(buffer_.data()) + s * points_ * stride_, stride_};
   }
 
  private:
   static constexpr int64_t kLine = 64 / sizeof(T);
   static int64_t lines(int64_t elements) { return (elements + kLine - 1) / kLine; }
   int64_t stride_;
+  int points_;
   ScratchBuffer buffer_;
 };
 
