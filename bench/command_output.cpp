@@ -48,7 +48,8 @@ void close_all(std::initializer_list<int> fds) {
 
 }  // namespace
 
-Coprocess::Coprocess(const std::string& command, std::string who) : command_(command), who_(std::move(who)) {
+Coprocess::Coprocess(const std::string& command, std::string who, std::chrono::milliseconds grace)
+    : command_(command), who_(std::move(who)), grace_(grace) {
   // A helper that died must not kill us with SIGPIPE on the next request: send() says so
   // instead. Process-wide; the helper itself gets the default back (below).
   std::signal(SIGPIPE, SIG_IGN);
@@ -98,7 +99,27 @@ Coprocess::Coprocess(const std::string& command, std::string who) : command_(com
 Coprocess::~Coprocess() {
   if (to_) std::fclose(to_);
   if (from_) std::fclose(from_);
+  for (const int signal : {SIGTERM, SIGKILL}) {
+    if (pid_ < 0 || ended_within(grace_)) return;
+    fmt::print(stderr, "{}: `{}` did not end within {} ms of its input closing: sending {}\n",
+               who_, command_, grace_.count(), signal == SIGTERM ? "SIGTERM" : "SIGKILL");
+    ::kill(pid_, signal);
+  }
   wait();
+}
+
+bool Coprocess::ended_within(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t got = ::waitpid(pid_, &status, WNOHANG);
+    if (got == pid_ || (got < 0 && errno != EINTR)) {
+      pid_ = -1;
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= until) return false;
+    ::usleep(10000);
+  }
 }
 
 int Coprocess::wait() {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -17,12 +18,14 @@ std::optional<std::string> command_output(const std::string& command, const std:
 
 // `command` (run by the shell) kept running: each request is a line on its standard input,
 // read back as lines of its standard output; its standard error is ours. Closing its input
-// (the destructor) tells it to end; the destructor then waits for it (no deadline: a helper
-// that ignores the end of its input keeps the caller waiting). The first Coprocess makes this
-// process ignore SIGPIPE, so that a helper that died gives an error, not our death.
+// (the destructor) tells it to end; the destructor waits `grace` for that, then sends
+// SIGTERM, and SIGKILL after as long again, saying so: a helper that ignores the end of its
+// input cannot keep the caller waiting. The first Coprocess makes this process ignore SIGPIPE,
+// so that a helper that died gives an error, not our death.
 class Coprocess {
  public:
-  Coprocess(const std::string& command, std::string who);
+  static constexpr std::chrono::milliseconds kGrace{10000};
+  Coprocess(const std::string& command, std::string who, std::chrono::milliseconds grace = kGrace);
   ~Coprocess();
   Coprocess(const Coprocess&) = delete;
   Coprocess& operator=(const Coprocess&) = delete;
@@ -35,10 +38,12 @@ class Coprocess {
 
  private:
   std::string command_, who_;
+  std::chrono::milliseconds grace_;
   pid_t pid_ = -1;
   FILE* to_ = nullptr;    // its standard input
   FILE* from_ = nullptr;  // its standard output
   int wait();             // its exit status, once
+  bool ended_within(std::chrono::milliseconds limit);  // reaped in that time
 };
 
 }  // namespace ringflow::bench

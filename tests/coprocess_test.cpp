@@ -1,8 +1,9 @@
 // bench::Coprocess, the helper kept running that answers a line per request (train_step's
 // PyTorch side on a GPU): answers in order, a helper that ended says so instead of hanging or
-// killing the caller with SIGPIPE, the destructor waits for it.
+// killing the caller with SIGPIPE, the destructor waits for it, but not for ever.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 
 #include "ringflow/bench/command_output.h"
@@ -38,6 +39,12 @@ TEST_CASE("a helper that writes on after we stop reading dies of SIGPIPE: the de
   Coprocess chatty("while :; do echo line; done", "coprocess_test");
   CHECK(chatty.read_line() == std::optional<std::string>("line"));
 }  // a helper that ignored SIGPIPE would loop on EPIPE, and this test would hang
+
+TEST_CASE("a helper that ignores the end of its input and SIGTERM is killed by the destructor") {
+  Coprocess stubborn("trap '' TERM; echo ready; while :; do sleep 0.05; done", "coprocess_test",
+                     std::chrono::milliseconds(200));
+  REQUIRE(stubborn.read_line() == std::optional<std::string>("ready"));
+}  // SIGTERM after 200 ms, SIGKILL after 200 more: without them this test would hang
 
 TEST_CASE("a coprocess that never starts its program ends at the first read") {
   Coprocess missing("/nonexistent/helper --serve", "coprocess_test");
