@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ringflow/kernels/backend.h"
@@ -61,9 +62,9 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   // backward-weights (5x5); 1x1 images a single one; more channels than one micro-kernel
   // column block of 32, and a last block of 16 (48 channels, and 16 for dx); threads with
   // chunks of their own (64 channels) or not (512x512 weights: forward, whose threads share
-  // each chunk; 128x128: backward-weights, whose threads split each chunk's points, and whose
-  // 576 tiles leave a short last chunk); and NCHW operands, which go through a channels-last
-  // copy.
+  // each chunk; 128x128: backward-weights, whose threads split each chunk's points with 1, 2
+  // or 4 of them, and whose 576 tiles leave a short last chunk); and NCHW operands, which go
+  // through a channels-last copy.
   const int64_t shapes[][5] = {{2, 16, 48, 7, 9},   {3, 48, 64, 8, 8},   {1, 64, 32, 1, 1},
                                {5, 32, 96, 4, 5},   {1, 16, 32, 5, 5},   {1, 64, 64, 32, 32},
                                {2, 512, 512, 3, 5}, {9, 128, 128, 16, 16}};
@@ -104,16 +105,22 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
     CHECK(cpu::dnnl_cache_stats().weight_entries == entries_before);
   }
   // Backward-weights' threads split each chunk's points where they split them evenly (1, 2
-  // and 4 threads), else share each chunk (3): every way against the reference. 96x96
-  // weights are past a thread's own partial sums; 99 tiles make two chunks and more with
-  // 1 or 2 threads, the last with an odd count.
+  // and 4 threads), else share each chunk (3): every way against the reference, with weights
+  // past a thread's own partial sums. 11x96x96x5x5: 99 tiles, two chunks with 1 thread, the
+  // last of an odd count; 9x128x128x16x16: 576 tiles, two shared chunks with 3 threads and
+  // three by points with 4 (and four and a half with 2, above).
   {
     const int threads = num_threads();
-    for (const int t : {1, 2, 3, 4}) {
+    const std::pair<int, std::array<int64_t, 5>> runs[] = {
+        {1, {11, 96, 96, 5, 5}},       {2, {11, 96, 96, 5, 5}},    {3, {11, 96, 96, 5, 5}},
+        {4, {11, 96, 96, 5, 5}},       {3, {9, 128, 128, 16, 16}}, {4, {9, 128, 128, 16, 16}}};
+    for (const auto& [t, shape] : runs) {
       set_num_threads(t);
-      ConvCase c{11, 96, 96, 5, 5, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
+      const auto [N, C, K, H, W] = shape;
+      ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
       c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
       CAPTURE(t);
+      CAPTURE(C);
       CHECK(check_conv(cpu(), c, rng));
     }
     set_num_threads(threads);

@@ -229,7 +229,7 @@ struct BackwardWeights {
   }
 
   // Threads take whole chunks where a partial weight gradient of their own stays in a
-  // core's cache; run() leaves plan.slots partial sums in du, and one per thread in db (K
+  // core's cache; run() leaves plan.partials() partial sums in du, and one per thread in db (K
   // each), to be added.
   ChunkPlan plan() const {
     const bool own = kPoints * C * K * 4 <= kOwnPartialBytes;

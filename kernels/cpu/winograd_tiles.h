@@ -26,7 +26,8 @@ constexpr int kPoints = 16;  // a tile's 4x4 points in the transformed domain
 // Tiles per chunk: their transformed operands take about this many bytes (tuned on Zen 5
 // for bf16: 1 MB of L2 per core, 32 MB of L3). A thread takes whole chunks of its own where
 // the transformed weights (forward) or its partial weight gradient (backward) are small
-// enough to stay in its cache next to them; otherwise all threads share each chunk.
+// enough to stay in its cache next to them; otherwise they share each chunk, or split its
+// points (backward-weights: Sharing).
 constexpr int64_t kChunkBytes = 4 << 20;
 constexpr int64_t kOwnChunkBytes = 512 << 10;
 constexpr int64_t kOwnWeightBytes = 4 << 20;
@@ -111,7 +112,7 @@ struct Range {
 enum class Sharing { own, shared, points };
 
 // In points sharing, whether the threads split the 4 rows of points evenly.
-inline bool points_split_evenly(int threads) { return 4 % threads == 0; }
+inline bool points_split_evenly(int threads) { return threads > 0 && 4 % threads == 0; }
 
 // How a convolution's tiles go to the threads, in chunks of `rows` tiles (a multiple of
 // `multiple`) whose transformed operands (`bytes_per_tile` for all 16 points; a slot holds
@@ -171,9 +172,12 @@ struct PointRows {
   static constexpr int begin = Begin, end = End;
 };
 
-// f(PointRows<...>()) with part `part` of `parts` (1 to 4) of the rows of points.
+// f(PointRows<...>()) with part `part` of `parts` of the rows of points; parts splits them
+// evenly (ChunkPlan's slots in points sharing).
 template <class F>
 void with_point_rows(int part, int parts, const F& f) {
+  if (!points_split_evenly(parts))
+    throw std::logic_error("winograd: 4 rows of points split in " + std::to_string(parts));
   switch (Range(4, part, parts).begin * 8 + Range(4, part, parts).end) {
     case 0 * 8 + 4: return f(PointRows<0, 4>());
     case 0 * 8 + 2: return f(PointRows<0, 2>());
