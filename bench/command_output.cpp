@@ -70,7 +70,10 @@ Coprocess::Coprocess(const std::string& command, std::string who, std::chrono::m
   int failed = posix_spawn_file_actions_init(&actions);
   failed = failed ? failed : posix_spawnattr_init(&attr);
   failed = failed ? failed : posix_spawnattr_setsigdefault(&attr, &pipe_signal);
-  failed = failed ? failed : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  // Its own process group (pgroup 0: its pid), so that signals past the grace reach what
+  // the shell started too.
+  failed = failed ? failed : posix_spawnattr_setpgroup(&attr, 0);
+  failed = failed ? failed : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   // dup2 clears O_CLOEXEC on the copies.
   failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
@@ -91,46 +94,46 @@ Coprocess::Coprocess(const std::string& command, std::string who, std::chrono::m
     if (to_) std::fclose(to_);
     to_ = nullptr;
     close_all({in[1], out[0]});  // its input closed: the helper ends
-    wait();
+    finish();
     throw std::runtime_error(fmt::format("{}: cannot run `{}`: fdopen failed", who_, command_));
   }
 }
 
 Coprocess::~Coprocess() {
-  if (to_) std::fclose(to_);
   if (from_) std::fclose(from_);
-  for (const int signal : {SIGTERM, SIGKILL}) {
-    if (pid_ < 0 || ended_within(grace_)) return;
-    fmt::print(stderr, "{}: `{}` did not end within {} ms of its input closing: sending {}\n",
-               who_, command_, grace_.count(), signal == SIGTERM ? "SIGTERM" : "SIGKILL");
-    ::kill(pid_, signal);
-  }
-  wait();
+  finish();
 }
 
-bool Coprocess::ended_within(std::chrono::milliseconds limit) {
+int Coprocess::finish() {
+  if (to_) std::fclose(to_);
+  to_ = nullptr;
+  const auto signal_group = [&](int sig, const char* name, const char* since) {
+    fmt::print(stderr, "{}: `{}` did not end within {} ms of {}: sending {}\n", who_, command_,
+               grace_.count(), since, name);
+    ::kill(-pid_, sig);
+  };
+  if (reaped_within(grace_)) return status_;
+  signal_group(SIGTERM, "SIGTERM", "its input closing");
+  if (reaped_within(grace_)) return status_;
+  signal_group(SIGKILL, "SIGKILL", "SIGTERM");
+  reaped_within(std::chrono::hours(24));  // SIGKILL cannot be ignored
+  return status_;
+}
+
+bool Coprocess::reaped_within(std::chrono::milliseconds limit) {
+  if (pid_ < 0) return true;  // reaped before (waitpid(-1) would take any child)
   const auto until = std::chrono::steady_clock::now() + limit;
   for (;;) {
     int status = 0;
     const pid_t got = ::waitpid(pid_, &status, WNOHANG);
     if (got == pid_ || (got < 0 && errno != EINTR)) {
+      status_ = got < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       pid_ = -1;
       return true;
     }
     if (std::chrono::steady_clock::now() >= until) return false;
     ::usleep(10000);
   }
-}
-
-int Coprocess::wait() {
-  if (pid_ < 0) return -1;
-  int status = 0;
-  pid_t got;
-  while ((got = ::waitpid(pid_, &status, 0)) < 0 && errno == EINTR) {
-  }
-  pid_ = -1;
-  if (got < 0) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 bool Coprocess::send(const std::string& line) {
@@ -147,9 +150,8 @@ std::optional<std::string> Coprocess::read_line() {
   }
   if (!line.empty()) return line;  // a last line without its newline
   if (pid_ < 0) return std::nullopt;  // said so before
-  std::fclose(to_);  // an end of input ends the helper if only its output was closed
-  to_ = nullptr;
-  fmt::print(stderr, "{}: `{}` ended (status {}), no line left to read\n", who_, command_, wait());
+  // An end of input ends the helper if only its output was closed.
+  fmt::print(stderr, "{}: `{}` ended (status {}), no line left to read\n", who_, command_, finish());
   return std::nullopt;
 }
 

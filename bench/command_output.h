@@ -18,10 +18,11 @@ std::optional<std::string> command_output(const std::string& command, const std:
 
 // `command` (run by the shell) kept running: each request is a line on its standard input,
 // read back as lines of its standard output; its standard error is ours. Closing its input
-// (the destructor) tells it to end; the destructor waits `grace` for that, then sends
-// SIGTERM, and SIGKILL after as long again, saying so: a helper that ignores the end of its
-// input cannot keep the caller waiting. The first Coprocess makes this process ignore SIGPIPE,
-// so that a helper that died gives an error, not our death.
+// (the destructor, or a read that finds its output ended) tells it to end; it gets `grace`
+// for that, then its process group SIGTERM, and SIGKILL after as long again, saying so: a
+// helper that ignores the end of its input cannot keep the caller waiting. The first
+// Coprocess makes this process ignore SIGPIPE, so that a helper that died gives an error,
+// not our death.
 class Coprocess {
  public:
   static constexpr std::chrono::milliseconds kGrace{10000};
@@ -42,8 +43,9 @@ class Coprocess {
   pid_t pid_ = -1;
   FILE* to_ = nullptr;    // its standard input
   FILE* from_ = nullptr;  // its standard output
-  int wait();             // its exit status, once
-  bool ended_within(std::chrono::milliseconds limit);  // reaped in that time
+  int status_ = -1;       // its exit status once reaped
+  int finish();           // closes its input, reaps it (signalled past the grace): status_
+  bool reaped_within(std::chrono::milliseconds limit);
 };
 
 }  // namespace ringflow::bench

@@ -3,8 +3,12 @@
 // killing the caller with SIGPIPE, the destructor waits for it, but not for ever.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
 #include <chrono>
+#include <fstream>
 #include <string>
+#include <thread>
 
 #include "ringflow/bench/command_output.h"
 
@@ -45,6 +49,34 @@ TEST_CASE("a helper that ignores the end of its input and SIGTERM is killed by t
                      std::chrono::milliseconds(200));
   REQUIRE(stubborn.read_line() == std::optional<std::string>("ready"));
 }  // SIGTERM after 200 ms, SIGKILL after 200 more: without them this test would hang
+
+// Whether process `pid` is gone or dead (a zombie nobody reaped yet).
+bool dead(const std::string& pid) {
+  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(')');
+  return name_end != std::string::npos && line.compare(name_end, 4, ") Z ") == 0;
+}
+
+TEST_CASE("the signals past the grace reach what the helper's shell started too") {
+  std::string child;
+  {
+    Coprocess parent("trap '' TERM; (trap '' TERM; while :; do sleep 0.05; done) & echo $!; wait",
+                     "coprocess_test", std::chrono::milliseconds(200));
+    const std::optional<std::string> line = parent.read_line();
+    REQUIRE(line.has_value());
+    child = *line;
+    CHECK_FALSE(dead(child));
+  }
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = dead(child);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK_MESSAGE(gone, "process " << child << " outlived its coprocess");
+  if (!gone) ::kill(std::stoi(child), SIGKILL);
+}
 
 TEST_CASE("a coprocess that never starts its program ends at the first read") {
   Coprocess missing("/nonexistent/helper --serve", "coprocess_test");
