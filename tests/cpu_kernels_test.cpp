@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <utility>
@@ -49,6 +50,22 @@ TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference"
   }
   CHECK(std::string(conv_algorithm_name(ConvAlgorithm::direct)) == "direct");
   CHECK(std::string(conv_algorithm_name(ConvAlgorithm::automatic)) == "auto");
+}
+
+// check_conv of 3x3 pad-1 layers (N, C, K, H, W), channels-last, each with its count of threads.
+void check_with_threads(DType dtype, std::initializer_list<std::pair<int, std::array<int64_t, 5>>> runs,
+                        std::mt19937& rng) {
+  const int threads = num_threads();
+  for (const auto& [t, shape] : runs) {
+    set_num_threads(t);
+    const auto [N, C, K, H, W] = shape;
+    ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, dtype};
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+    CAPTURE(t);
+    CAPTURE(C);
+    CHECK(check_conv(cpu(), c, rng));
+  }
+  set_num_threads(threads);
 }
 
 TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
@@ -109,22 +126,13 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   // past a thread's own partial sums. 11x96x96x5x5: 99 tiles, two chunks with 1 thread, the
   // last of an odd count; 9x128x128x16x16: 576 tiles, two shared chunks with 3 threads and
   // three by points with 4 (and four and a half with 2, above).
-  {
-    const int threads = num_threads();
-    const std::pair<int, std::array<int64_t, 5>> runs[] = {
-        {1, {11, 96, 96, 5, 5}},       {2, {11, 96, 96, 5, 5}},    {3, {11, 96, 96, 5, 5}},
-        {4, {11, 96, 96, 5, 5}},       {3, {9, 128, 128, 16, 16}}, {4, {9, 128, 128, 16, 16}}};
-    for (const auto& [t, shape] : runs) {
-      set_num_threads(t);
-      const auto [N, C, K, H, W] = shape;
-      ConvCase c{N, C, K, H, W, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16};
-      c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
-      CAPTURE(t);
-      CAPTURE(C);
-      CHECK(check_conv(cpu(), c, rng));
-    }
-    set_num_threads(threads);
-  }
+  check_with_threads(DType::bf16, {{1, {11, 96, 96, 5, 5}},
+                                   {2, {11, 96, 96, 5, 5}},
+                                   {3, {11, 96, 96, 5, 5}},
+                                   {4, {11, 96, 96, 5, 5}},
+                                   {3, {9, 128, 128, 16, 16}},
+                                   {4, {9, 128, 128, 16, 16}}},
+                     rng);
   // Not for other geometries or with the direct algorithm asked for.
   Buf x = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);
   Buf w = random({32, 16, 3, 3}, DType::bf16, Layout::nchw, rng);
@@ -192,6 +200,9 @@ TEST_CASE("f32 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
     CHECK(close(dw1.v, dw2.v, f32, atol_of(DType::f32, double(N * H * W)), "nChw8c backward-weights"));
     CHECK(close(db1.v, db2.v, f32, atol_of(DType::f32, double(N * H * W)), "nChw8c bias gradient"));
   }
+  // Backward-weights' shared chunks with other counts of threads (9x128x128x16x16: three
+  // chunks with 3 threads).
+  check_with_threads(DType::f32, {{1, {11, 96, 96, 5, 5}}, {3, {9, 128, 128, 16, 16}}}, rng);
   // Not for bf16, other geometries, channel counts off the 8-lane block, or --conv-algo direct.
   Buf x = random({2, 16, 8, 8}, DType::f32, Layout::nhwc, rng);
   Buf w = random({32, 16, 3, 3}, DType::f32, Layout::nchw, rng);
