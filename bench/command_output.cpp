@@ -73,7 +73,8 @@ Coprocess::Coprocess(const std::string& command, std::string who, std::chrono::m
   // Its own process group (pgroup 0: its pid), so that signals past the grace reach what
   // the shell started too.
   failed = failed ? failed : posix_spawnattr_setpgroup(&attr, 0);
-  failed = failed ? failed : posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  const short flags = POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP;
+  failed = failed ? failed : posix_spawnattr_setflags(&attr, flags);
   // dup2 clears O_CLOEXEC on the copies.
   failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   failed = failed ? failed : posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);

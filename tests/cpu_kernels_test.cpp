@@ -53,8 +53,8 @@ TEST_CASE("conv2d at Winograd shapes, automatic and direct, match the reference"
 }
 
 // check_conv of 3x3 pad-1 layers (N, C, K, H, W), channels-last, each with its count of threads.
-void check_with_threads(DType dtype, std::initializer_list<std::pair<int, std::array<int64_t, 5>>> runs,
-                        std::mt19937& rng) {
+using ThreadsAndShape = std::pair<int, std::array<int64_t, 5>>;
+void check_with_threads(DType dtype, std::initializer_list<ThreadsAndShape> runs, std::mt19937& rng) {
   const int threads = num_threads();
   for (const auto& [t, shape] : runs) {
     set_num_threads(t);

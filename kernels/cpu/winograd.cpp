@@ -297,10 +297,10 @@ struct BackwardWeights {
   template <class Rows>
   void point_chunk(int64_t t0, int64_t n, Points<uint16_t> v, Points<uint16_t> z, float* du,
                    Rows) const {
-    const int64_t pairs = (n + 1) / 2;
+    const int64_t pairs = (n + 1) / 2, last = g.count();
     for (int64_t p = 0; p < pairs; ++p) {
-      tile_pair<false, false, Rows>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, g.count(), zeros);
-      tile_pair<true, false, Rows>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, g.count(), zeros);
+      tile_pair<false, false, Rows>(v.data + p * 2 * C, v.stride, x, C, g, t0 + 2 * p, last, zeros);
+      tile_pair<true, false, Rows>(z.data + p * 2 * K, z.stride, dy, K, g, t0 + 2 * p, last, zeros);
     }
     for (int64_t e = 0; e < 4 * (Rows::end - Rows::begin); ++e)
       for (int64_t kb = 0; kb < column_blocks(K); ++kb)

@@ -134,7 +134,8 @@ struct ChunkPlan {
     slots = sharing == Sharing::shared ? 1 : threads;
     points = sharing == Sharing::points ? kPoints / threads : kPoints;
     const int64_t slot_bytes = std::max<int64_t>(1, bytes_per_tile * points / kPoints);
-    capacity = rows = std::max(multiple, (own ? kOwnChunkBytes : budget) / slot_bytes / multiple * multiple);
+    const int64_t bytes = own ? kOwnChunkBytes : budget;
+    capacity = rows = std::max(multiple, bytes / slot_bytes / multiple * multiple);
     if (own) rows = std::min(rows, round_up((tiles + threads - 1) / threads, multiple));
     chunks = (tiles + rows - 1) / rows;
   }
