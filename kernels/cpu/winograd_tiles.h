@@ -179,7 +179,8 @@ template <class F>
 void with_point_rows(int part, int parts, const F& f) {
   if (!points_split_evenly(parts))
     throw std::logic_error("winograd: 4 rows of points split in " + std::to_string(parts));
-  switch (Range(4, part, parts).begin * 8 + Range(4, part, parts).end) {
+  const Range rows(4, part, parts);
+  switch (rows.begin * 8 + rows.end) {
     case 0 * 8 + 4: return f(PointRows<0, 4>());
     case 0 * 8 + 2: return f(PointRows<0, 2>());
     case 2 * 8 + 4: return f(PointRows<2, 4>());
