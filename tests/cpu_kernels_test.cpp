@@ -68,6 +68,29 @@ void check_with_threads(DType dtype, std::initializer_list<ThreadsAndShape> runs
   set_num_threads(threads);
 }
 
+// Weights in strides other than OIHW (channels-last OHWI here) are read and their gradient
+// written through those strides (winograd_tiles.h's weight_taps, store_weight_gradient),
+// against the reference on the same views.
+void check_strided_weights(DType dt, decltype(&cpu::winograd_forward) forward,
+                           decltype(&cpu::winograd_backward_data) backward_data,
+                           decltype(&cpu::winograd_backward_weights) backward_weights, std::mt19937& rng) {
+  const int64_t N = 2, C = 32, K = 48, H = 6, W = 6;
+  Conv2dParams p;
+  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
+  Buf x = random({N, C, H, W}, dt, Layout::nhwc, rng), dy = random({N, K, H, W}, dt, Layout::nhwc, rng);
+  Buf w = random({K, C, 3, 3}, dt, Layout::nhwc, rng);
+  Buf y1 = like(dy), y2 = like(dy), dx1 = like(x), dx2 = like(x), dw1 = like(w), dw2 = like(w);
+  REQUIRE(forward(y1.v, x.v, w.v, nullptr, p));
+  REQUIRE(backward_data(dx1.v, dy.v, w.v, p));
+  REQUIRE(backward_weights(dw1.v, nullptr, dy.v, x.v, p));
+  ref().conv2d_forward(y2.v, x.v, w.v, nullptr, p);
+  ref().conv2d_backward_data(dx2.v, dy.v, w.v, p);
+  ref().conv2d_backward_weights(dw2.v, nullptr, dy.v, x.v, p);
+  CHECK(close(y1.v, y2.v, rtol_of(dt), atol_of(dt, C * 9.0), "forward, OHWI weights"));
+  CHECK(close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, K * 9.0), "backward-data, OHWI weights"));
+  CHECK(close(dw1.v, dw2.v, rtol_of(dt), atol_of(dt, double(N * H * W)), "backward-weights, OHWI weights"));
+}
+
 TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   if (!cpu::winograd_runs_here()) {
     MESSAGE("not checked: Winograd runs on CPUs with AVX512-BF16 and no AMX only");
@@ -133,6 +156,8 @@ TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
                                    {3, {9, 128, 128, 16, 16}},
                                    {4, {9, 128, 128, 16, 16}}},
                      rng);
+  check_strided_weights(DType::bf16, cpu::winograd_forward, cpu::winograd_backward_data,
+                        cpu::winograd_backward_weights, rng);
   // Not for other geometries or with the direct algorithm asked for.
   Buf x = random({2, 16, 8, 8}, DType::bf16, Layout::nhwc, rng);
   Buf w = random({32, 16, 3, 3}, DType::bf16, Layout::nchw, rng);
@@ -203,6 +228,8 @@ TEST_CASE("f32 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
   // Backward-weights' shared chunks with other counts of threads (9x128x128x16x16: three
   // chunks with 3 threads).
   check_with_threads(DType::f32, {{1, {11, 96, 96, 5, 5}}, {3, {9, 128, 128, 16, 16}}}, rng);
+  check_strided_weights(DType::f32, cpu::winograd_f32_forward, cpu::winograd_f32_backward_data,
+                        cpu::winograd_f32_backward_weights, rng);
   // Not for bf16, other geometries, channel counts off the 8-lane block, or --conv-algo direct.
   Buf x = random({2, 16, 8, 8}, DType::f32, Layout::nhwc, rng);
   Buf w = random({32, 16, 3, 3}, DType::f32, Layout::nchw, rng);
