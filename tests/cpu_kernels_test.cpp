@@ -68,6 +68,39 @@ void check_with_threads(DType dtype, std::initializer_list<ThreadsAndShape> runs
   set_num_threads(threads);
 }
 
+// bf16 convolutions that oneDNN runs (stride 2, 1x1) take channels-last activations as they
+// are where oneDNN has a kernel of its own for them: no reorder in or out, forward or backward
+// (conv.cpp's in_own_layout). A first layer's NCHW image has only oneDNN's reference kernel
+// with a channels-last output, so that one computes blocked, its operands reordered.
+TEST_CASE("bf16 channels-last convolutions on oneDNN reorder no activations") {
+  if (!cpu_native_bf16()) {
+    MESSAGE("not checked: without native bf16 these convolutions run widened to f32");
+    return;
+  }
+  std::mt19937 rng(5);
+  const auto reorders = [] { return cpu::dnnl_cache_stats().activation_reorders; };
+  struct Case {
+    ConvCase conv;
+    bool reordered;
+  };
+  std::vector<Case> cases = {{{2, 32, 64, 9, 8, 3, 3, {}, Layout::nhwc, Layout::nhwc, DType::bf16}, false},
+                             {{2, 32, 64, 8, 8, 1, 1, {}, Layout::nhwc, Layout::nhwc, DType::bf16}, false},
+                             {{2, 64, 32, 7, 7, 1, 1, {}, Layout::nhwc, Layout::nhwc, DType::bf16}, false},
+                             {{2, 3, 32, 8, 8, 3, 3, {}, Layout::nchw, Layout::nhwc, DType::bf16}, true}};
+  cases[0].conv.p.stride_h = cases[0].conv.p.stride_w = 2;
+  cases[1].conv.p.stride_h = cases[1].conv.p.stride_w = 2;
+  for (const int i : {0, 3}) {
+    ConvCase& c = cases[i].conv;
+    c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+  }
+  for (const auto& [c, reordered] : cases) {
+    CAPTURE(conv_name(c));
+    const size_t before = reorders();
+    CHECK(check_conv(cpu(), c, rng));
+    CHECK((reorders() > before) == reordered);
+  }
+}
+
 // Weights in strides other than OIHW (channels-last OHWI here) are read and their gradient
 // written through those strides (winograd_tiles.h's weight_taps, store_weight_gradient),
 // against the reference on the same views.

@@ -14,6 +14,7 @@
 #include <optional>
 #include <atomic>
 #include <stdexcept>
+#include <string_view>
 
 #include "ringflow/kernels/cpu/cpu_kernels.h"
 #include "ringflow/kernels/cpu/staged_view.h"
@@ -81,16 +82,30 @@ using FwdPd = dnnl::convolution_forward::primitive_desc;
 using BwdDataPd = dnnl::convolution_backward_data::primitive_desc;
 using BwdWeightsPd = dnnl::convolution_backward_weights::primitive_desc;
 
-// The forward pd for (x, w, bias?, y): the primitive of conv2d_forward and
-// the hint of the backward ones.
-FwdPd make_fwd_pd(const View& x, const View& w, const View* bias, const View& y,
+// The forward pd for (x, w, bias?, y), x and y described by xm and ym: the primitive of
+// conv2d_forward and the hint of the backward ones.
+FwdPd make_fwd_pd(const md& xm, const View& w, const View* bias, const md& ym,
                   const Conv2dParams& p, ConvAlgorithm a, prop_kind prop) {
   const Geometry g = geometry(p);
   const md bmd = bias ? bias_md(*bias) : md();
-  dnnl::convolution_forward::desc d(prop, dnnl_algorithm(a), any_layout(x),
-                                    any_layout(w), bmd, any_layout(y), g.strides, g.dilates,
-                                    g.pad_l, g.pad_r);
+  dnnl::convolution_forward::desc d(prop, dnnl_algorithm(a), xm, any_layout(w), bmd, ym,
+                                    g.strides, g.dilates, g.pad_l, g.pad_r);
   return FwdPd(d, dnnl_engine());
+}
+
+// make(in, out) with the two activations' descriptors: their own channels-last layout where
+// both are bf16 in it and oneDNN has a kernel of its own for that (not its reference), so
+// that nothing is reordered around the call; else tag::any, oneDNN's blocked choice, into
+// which Operand reorders them per call. On a Zen 4 VM the reorders around ResNet-18's
+// stride-2 and 1x1 layers took ~45 ms of a 1.5 s bf16 step (docs/kernels.md); the layer with
+// NCHW input (3 channels) has only the reference in NHWC.
+template <class Make>
+auto in_own_layout(const View& in, const View& out, const Make& make) {
+  if (in.dtype == DType::bf16 && in.is_channels_last() && out.is_channels_last()) {
+    auto pd = make(md_of(in), md_of(out));
+    if (std::string_view(pd.impl_info_str()).substr(0, 3) != "ref") return pd;
+  }
+  return make(any_layout(in), any_layout(out));
 }
 
 // The reference kernels read strides: blocked operands (Note [blocked operands]) go to them as
@@ -153,8 +168,9 @@ void conv2d_forward(const View& y, const View& x, const View& w, const View* bia
   add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_forward y x w", {&y, &x, &w}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    auto pd = std::make_shared<FwdPd>(
-        make_fwd_pd(x, w, bias, y, p, algo, prop_kind::forward_training));
+    auto pd = std::make_shared<FwdPd>(in_own_layout(x, y, [&](const md& xm, const md& ym) {
+      return make_fwd_pd(xm, w, bias, ym, p, algo, prop_kind::forward_training);
+    }));
     return CachedPrimitive{dnnl::convolution_forward(*pd), pd};
   });
   if (!prim) return reference_forward(y, x, w, bias, p);
@@ -190,12 +206,13 @@ void conv2d_backward_data(const View& dx, const View& dy, const View& w, const C
   add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_backward_data dx dy w", {&dx, &dy, &w}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    const FwdPd hint = make_fwd_pd(dx, w, nullptr, dy, p, algo, prop_kind::forward_training);
-    const Geometry g = geometry(p);
-    dnnl::convolution_backward_data::desc d(dnnl_algorithm(algo), any_layout(dx),
-                                            any_layout(w), any_layout(dy), g.strides, g.dilates,
-                                            g.pad_l, g.pad_r);
-    auto pd = std::make_shared<BwdDataPd>(d, dnnl_engine(), hint);
+    auto pd = std::make_shared<BwdDataPd>(in_own_layout(dy, dx, [&](const md& dym, const md& dxm) {
+      const FwdPd hint = make_fwd_pd(dxm, w, nullptr, dym, p, algo, prop_kind::forward_training);
+      const Geometry g = geometry(p);
+      dnnl::convolution_backward_data::desc d(dnnl_algorithm(algo), dxm, any_layout(w), dym,
+                                              g.strides, g.dilates, g.pad_l, g.pad_r);
+      return BwdDataPd(d, dnnl_engine(), hint);
+    }));
     return CachedPrimitive{dnnl::convolution_backward_data(*pd), pd};
   });
   if (!prim) return reference_backward_data(dx, dy, w, p);
@@ -236,12 +253,14 @@ void conv2d_backward_weights(const View& dw, const View* db, const View& dy, con
   add_params(k, p, algo);
   auto ctx = [&] { return describe("conv2d_backward_weights dw dy x", {&dw, &dy, &x}); };
   const CachedPrimitive* prim = lookup(k.str(), ctx, [&] {
-    const FwdPd hint = make_fwd_pd(x, dw, db, dy, p, algo, prop_kind::forward_training);
-    const Geometry g = geometry(p);
-    dnnl::convolution_backward_weights::desc d(
-        dnnl_algorithm(algo), any_layout(x), any_layout(dw), db ? bias_md(*db) : md(),
-        any_layout(dy), g.strides, g.dilates, g.pad_l, g.pad_r);
-    auto pd = std::make_shared<BwdWeightsPd>(d, dnnl_engine(), hint);
+    auto pd = std::make_shared<BwdWeightsPd>(in_own_layout(x, dy, [&](const md& xm, const md& dym) {
+      const FwdPd hint = make_fwd_pd(xm, dw, db, dym, p, algo, prop_kind::forward_training);
+      const Geometry g = geometry(p);
+      dnnl::convolution_backward_weights::desc d(dnnl_algorithm(algo), xm, any_layout(dw),
+                                                 db ? bias_md(*db) : md(), dym, g.strides,
+                                                 g.dilates, g.pad_l, g.pad_r);
+      return BwdWeightsPd(d, dnnl_engine(), hint);
+    }));
     return CachedPrimitive{dnnl::convolution_backward_weights(*pd), pd};
   });
   if (!prim) return reference_backward_weights(dw, db, dy, x, p);

@@ -161,7 +161,8 @@ void backward_weights(const View& dw, const View* db, const View& dy, const View
     accumulate(dw_khwc, dyp + row0 * d.K, col, d, rows, row0 == 0, dw);
   }
   // Into the caller's dw, whatever its strides and dtype: dw_khwc seen as (K, C, R, S).
-  copy(dw, View{dw_khwc, DType::f32, {d.K, d.C, d.R, d.S}, {L, 1, d.S * d.C, d.C}});
+  move_weights(dw, View{dw_khwc, DType::f32, {d.K, d.C, d.R, d.S}, {L, 1, d.S * d.C, d.C}},
+               "conv_gemm weights");
   if (db) bias_grad(*db, dyp, d.rows(), d.K);
 }
 
@@ -176,7 +177,9 @@ bool conv_gemm_backward_weights(const View& dw, const View* db, const View& dy, 
   const DType t = x.dtype;
   const bool alike = (t == DType::f32 || t == DType::bf16) && dw.dtype == t && dy.dtype == t &&
                      (!db || db->dtype == t);
-  if (!alike || dw.dim() != 4 || !x.is_channels_last() || !dy.is_channels_last()) return false;
+  if (!alike || dw.dim() != 4 || !dnnl_friendly({&dw}) || !x.is_channels_last() ||
+      !dy.is_channels_last())
+    return false;
   const Dims d{x.shape[0],  x.shape[1],  x.shape[2],  x.shape[3], dy.shape[1],
                dy.shape[2], dy.shape[3], dw.shape[2], dw.shape[3]};
   if (d.P * d.Q > max_output_pixels(t, p) || d.rows() == 0 || d.K == 0 || d.patch() == 0)

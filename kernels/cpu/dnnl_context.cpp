@@ -146,6 +146,11 @@ void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op, M
   ++(moved == Moved::weights ? c.stats.weight_reorders : c.stats.activation_reorders);
 }
 
+void move_weights(const View& dst, const View& src, const char* op) {
+  reorder(dnnl::memory(md_of(src), dnnl_engine(), src.data),
+          dnnl::memory(md_of(dst), dnnl_engine(), dst.data), op, Moved::weights);
+}
+
 Operand::Operand(const View& v, const dnnl::memory::desc& want, bool is_input, const char* op,
                  Moved moved)
     : view_(v), op_(op), moved_(moved) {

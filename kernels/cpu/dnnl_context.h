@@ -165,6 +165,10 @@ class Operand {
 // dst_md <- src (a reorder primitive from the cache), counted as `moved`.
 void reorder(const dnnl::memory& src, const dnnl::memory& dst, const char* op, Moved moved);
 
+// dst = src laid out otherwise, for weights and their gradients (counted as weight reorders,
+// not as the activation reorders a copy counts). Both views dnnl_friendly.
+void move_weights(const View& dst, const View& src, const char* op);
+
 // Weights in the layout `want`, reordered at most once per version (Note [weight cache]).
 class WeightOperand {
  public:

@@ -247,13 +247,6 @@ inline bool bias_fits(const View* b, int64_t K) {
   return !b || (b->dim() == 1 && b->shape[0] == K && dnnl_friendly({b}));
 }
 
-// dst = src laid out otherwise, for weights and their gradients (counted as weight reorders,
-// not as the activation reorders a copy counts).
-inline void move_weights(const View& dst, const View& src) {
-  reorder(dnnl::memory(md_of(src), dnnl_engine(), src.data),
-          dnnl::memory(md_of(dst), dnnl_engine(), dst.data), "winograd weights", Moved::weights);
-}
-
 // Weights w (K, C, 3, 3) as f32 taps[in][3 * 3][out]: (in, out) = (c, k) for the forward;
 // for backward-data, which convolves dy with w turned 180 degrees and its channels swapped,
 // (in, out) = (k, c), the turn left to the reader.
@@ -261,14 +254,15 @@ inline ScratchBuffer weight_taps(const View& w, bool backward_data) {
   const int64_t K = w.shape[0], C = w.shape[1];
   ScratchBuffer taps(size_t(K * C * 9) * sizeof(float));
   const Shape strides = backward_data ? Shape{9 * C, 1, 3 * C, C} : Shape{1, 9 * K, 3 * K, K};
-  move_weights(View{taps.data(), DType::f32, w.shape, strides}, w);
+  move_weights(View{taps.data(), DType::f32, w.shape, strides}, w, "winograd weights");
   return taps;
 }
 
 // dw (K, C, 3, 3) = taps[c][3 * 3][k] (f32).
 inline void store_weight_gradient(const View& dw, const float* taps) {
   const int64_t K = dw.shape[0];
-  move_weights(dw, View{const_cast<float*>(taps), DType::f32, dw.shape, {1, 9 * K, 3 * K, K}});
+  move_weights(dw, View{const_cast<float*>(taps), DType::f32, dw.shape, {1, 9 * K, 3 * K, K}},
+               "winograd weights");
 }
 
 // Runs `rows` rows of a micro-kernel R rows at a time, then the rest at once:
