@@ -2,9 +2,10 @@
 //
 // Every operand is described with format_tag::any, so oneDNN computes in its blocked
 // layout (nChw8c on AVX2, nChw16c on AVX-512), which runs faster than its direct NHWC
-// kernels; activations that the framework keeps in it (conv_blocked_layout, Note [blocked
-// operands] in backend.h) are used as they are, others reordered into it and back per call
-// (Operand).
+// kernels in f32; activations that the framework keeps in it (conv_blocked_layout, Note
+// [blocked operands] in backend.h) are used as they are, others reordered into it and back
+// per call (Operand). bf16 channels-last activations, which have no Winograd of oneDNN's
+// to lose, keep their layout where oneDNN has a kernel for it (in_own_layout).
 // Weights are reordered into the primitive's choice once per version (Note [weight cache]
 // in dnnl_context.h). Backward-weights of small channels-last outputs goes to im2col +
 // sgemm instead (conv_gemm.cpp), and bf16 3x3 stride-1 layers on CPUs with AVX512-BF16 and
