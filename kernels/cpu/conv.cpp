@@ -94,17 +94,30 @@ FwdPd make_fwd_pd(const md& xm, const View& w, const View* bias, const md& ym,
   return FwdPd(d, dnnl_engine());
 }
 
+// Whether oneDNN's implementation is a JIT kernel of its own (brgconv, jit_bf16, ...), not
+// its reference loops or an im2col gemm.
+bool jit_kernel(const char* impl) {
+  const std::string_view name(impl);
+  return name.substr(0, 3) == "jit" || name.substr(0, 3) == "brg";
+}
+
 // make(in, out) with the two activations' descriptors: their own channels-last layout where
-// both are bf16 in it and oneDNN has a kernel of its own for that (not its reference), so
-// that nothing is reordered around the call; else tag::any, oneDNN's blocked choice, into
-// which Operand reorders them per call. On a Zen 4 VM the reorders around ResNet-18's
-// stride-2 and 1x1 layers took ~45 ms of a 1.5 s bf16 step (docs/kernels.md); the layer with
-// NCHW input (3 channels) has only the reference in NHWC.
+// both are bf16 in it and oneDNN has a JIT kernel for that, so that nothing is reordered
+// around the call; else tag::any, oneDNN's blocked choice, into which Operand reorders them
+// per call. On a Zen 4 VM the reorders around ResNet-18's stride-2 and 1x1 layers took
+// ~47 ms of a 1.5 s bf16 step (docs/kernels.md). A first layer's NCHW image is not
+// channels-last and stays blocked (with one channel it is, and then oneDNN's kernel
+// decides). Not on AMX, where this was not measured.
 template <class Make>
 auto in_own_layout(const View& in, const View& out, const Make& make) {
-  if (in.dtype == DType::bf16 && in.is_channels_last() && out.is_channels_last()) {
-    auto pd = make(md_of(in), md_of(out));
-    if (std::string_view(pd.impl_info_str()).substr(0, 3) != "ref") return pd;
+  if (in.dtype == DType::bf16 && in.is_channels_last() && out.is_channels_last() &&
+      !onednn_isa_has(dnnl::cpu_isa::avx512_core_amx)) {
+    try {
+      auto pd = make(md_of(in), md_of(out));
+      if (jit_kernel(pd.impl_info_str())) return pd;
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented) throw;
+    }
   }
   return make(any_layout(in), any_layout(out));
 }

@@ -160,7 +160,7 @@ void backward_weights(const View& dw, const View* db, const View& dy, const View
     im2col(col, xp, d, p, row0, rows);
     accumulate(dw_khwc, dyp + row0 * d.K, col, d, rows, row0 == 0, dw);
   }
-  // Into the caller's dw, whatever its strides and dtype: dw_khwc seen as (K, C, R, S).
+  // Into the caller's dw, in its strides and dtype: dw_khwc seen as (K, C, R, S).
   move_weights(dw, View{dw_khwc, DType::f32, {d.K, d.C, d.R, d.S}, {L, 1, d.S * d.C, d.C}},
                "conv_gemm weights");
   if (db) bias_grad(*db, dyp, d.rows(), d.K);
