@@ -98,7 +98,8 @@ TEST_CASE("bf16 channels-last convolutions on oneDNN reorder no activations") {
     CAPTURE(conv_name(c));
     const size_t before = reorders();
     CHECK(check_conv(cpu(), c, rng));
-    if (expected != Reorders::unchecked) CHECK((reorders() > before) == (expected == Reorders::some));
+    if (expected != Reorders::unchecked)
+      CHECK((reorders() > before) == (expected == Reorders::some));
   }
 }
 
@@ -107,11 +108,13 @@ TEST_CASE("bf16 channels-last convolutions on oneDNN reorder no activations") {
 // against the reference on the same views.
 void check_strided_weights(DType dt, decltype(&cpu::winograd_forward) forward,
                            decltype(&cpu::winograd_backward_data) backward_data,
-                           decltype(&cpu::winograd_backward_weights) backward_weights, std::mt19937& rng) {
+                           decltype(&cpu::winograd_backward_weights) backward_weights,
+                           std::mt19937& rng) {
   const int64_t N = 2, C = 32, K = 48, H = 6, W = 6;
   Conv2dParams p;
   p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
-  Buf x = random({N, C, H, W}, dt, Layout::nhwc, rng), dy = random({N, K, H, W}, dt, Layout::nhwc, rng);
+  Buf x = random({N, C, H, W}, dt, Layout::nhwc, rng);
+  Buf dy = random({N, K, H, W}, dt, Layout::nhwc, rng);
   Buf w = random({K, C, 3, 3}, dt, Layout::nhwc, rng);
   Buf y1 = like(dy), y2 = like(dy), dx1 = like(x), dx2 = like(x), dw1 = like(w), dw2 = like(w);
   REQUIRE(forward(y1.v, x.v, w.v, nullptr, p));
@@ -122,7 +125,8 @@ void check_strided_weights(DType dt, decltype(&cpu::winograd_forward) forward,
   ref().conv2d_backward_weights(dw2.v, nullptr, dy.v, x.v, p);
   CHECK(close(y1.v, y2.v, rtol_of(dt), atol_of(dt, C * 9.0), "forward, OHWI weights"));
   CHECK(close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, K * 9.0), "backward-data, OHWI weights"));
-  CHECK(close(dw1.v, dw2.v, rtol_of(dt), atol_of(dt, double(N * H * W)), "backward-weights, OHWI weights"));
+  CHECK(close(dw1.v, dw2.v, rtol_of(dt), atol_of(dt, double(N * H * W)),
+              "backward-weights, OHWI weights"));
 }
 
 TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {
