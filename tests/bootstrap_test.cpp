@@ -18,40 +18,17 @@
 #include "ringflow/comm/base/socket.h"
 #include "ringflow/comm/bootstrap/launch.h"
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"
+#include "ringflow/tests/loopback_ranks.h"
 
 using namespace ringflow::comm;
+using ringflow::free_port;
+using ringflow::run_ranks;
 
 namespace {
-
-// A port nobody listens on now (the kernel's pick, released at once).
-int free_port() {
-  std::string error;
-  sockaddr_in bound{};
-  Fd fd = detail::listen_on(in_addr{htonl(INADDR_LOOPBACK)}, 0, 1, &bound, &error);
-  REQUIRE_MESSAGE(fd, error);
-  return ntohs(bound.sin_port);
-}
 
 TcpBootstrapOptions options(int port, int rank, int size, int timeout_ms = 20000) {
   return {.master_addr = "127.0.0.1", .master_port = port, .rank = rank, .size = size,
           .timeout = std::chrono::milliseconds(timeout_ms)};
-}
-
-// Runs body(rank) on `size` threads; the error text of each rank ("" when it returned).
-std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 }  // namespace
@@ -120,7 +97,6 @@ TEST_CASE("TcpBootstrap: bad options are named") {
 }
 
 // ---------------------------------------------------------------- launch (comm/bootstrap/launch.h)
-
 
 namespace {
 

@@ -17,8 +17,11 @@
 #include "ringflow/comm/bootstrap/tcp_bootstrap.h"
 #include "ringflow/comm/bootstrap/tcp_store_client.h"
 #include "ringflow/tests/skip_listener.h"
+#include "ringflow/tests/loopback_ranks.h"
 
 using namespace ringflow::comm;
+using ringflow::free_port;
+using ringflow::run_ranks;
 using std::chrono::milliseconds;
 
 namespace {
@@ -56,32 +59,6 @@ DOCTEST_REGISTER_LISTENER("tcp_store_skip_reason", 1, ringflow::SkipReasonListen
 
 TcpStoreOptions options(int timeout_ms = 10000) {
   return {.host = server().host, .port = server().port, .timeout = milliseconds(timeout_ms)};
-}
-
-// A port nobody listens on now (the kernel's pick, released at once).
-int free_port() {
-  std::string error;
-  sockaddr_in bound{};
-  Fd fd = detail::listen_on(in_addr{htonl(INADDR_LOOPBACK)}, 0, 1, &bound, &error);
-  REQUIRE_MESSAGE(fd, error);
-  return ntohs(bound.sin_port);
-}
-
-// Runs body(rank) on `size` threads; the error text of each rank ("" when it returned).
-std::vector<std::string> run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
 }
 
 }  // namespace
