@@ -105,28 +105,20 @@ TEST_CASE("bf16 channels-last convolutions on oneDNN reorder no activations") {
 
 // Weights in strides other than OIHW (channels-last OHWI here) are read and their gradient
 // written through those strides (winograd_tiles.h's weight_taps, store_weight_gradient),
-// against the reference on the same views.
+// against the reference on the same views; and these shapes take the Winograd kernels.
 void check_strided_weights(DType dt, decltype(&cpu::winograd_forward) forward,
                            decltype(&cpu::winograd_backward_data) backward_data,
                            decltype(&cpu::winograd_backward_weights) backward_weights,
                            std::mt19937& rng) {
-  const int64_t N = 2, C = 32, K = 48, H = 6, W = 6;
-  Conv2dParams p;
-  p.pad_top = p.pad_bottom = p.pad_left = p.pad_right = 1;
-  Buf x = random({N, C, H, W}, dt, Layout::nhwc, rng);
-  Buf dy = random({N, K, H, W}, dt, Layout::nhwc, rng);
-  Buf w = random({K, C, 3, 3}, dt, Layout::nhwc, rng);
-  Buf y1 = like(dy), y2 = like(dy), dx1 = like(x), dx2 = like(x), dw1 = like(w), dw2 = like(w);
-  REQUIRE(forward(y1.v, x.v, w.v, nullptr, p));
-  REQUIRE(backward_data(dx1.v, dy.v, w.v, p));
-  REQUIRE(backward_weights(dw1.v, nullptr, dy.v, x.v, p));
-  ref().conv2d_forward(y2.v, x.v, w.v, nullptr, p);
-  ref().conv2d_backward_data(dx2.v, dy.v, w.v, p);
-  ref().conv2d_backward_weights(dw2.v, nullptr, dy.v, x.v, p);
-  CHECK(close(y1.v, y2.v, rtol_of(dt), atol_of(dt, C * 9.0), "forward, OHWI weights"));
-  CHECK(close(dx1.v, dx2.v, rtol_of(dt), atol_of(dt, K * 9.0), "backward-data, OHWI weights"));
-  CHECK(close(dw1.v, dw2.v, rtol_of(dt), atol_of(dt, double(N * H * W)),
-              "backward-weights, OHWI weights"));
+  ConvCase c{2, 32, 48, 6, 6, 3, 3, {}, Layout::nhwc, Layout::nhwc, dt, Layout::nhwc};
+  c.p.pad_top = c.p.pad_bottom = c.p.pad_left = c.p.pad_right = 1;
+  CHECK(check_conv(cpu(), c, rng));
+  Buf x = random({c.N, c.C, c.H, c.W}, dt, Layout::nhwc, rng);
+  Buf y = make({c.N, c.K, c.H, c.W}, dt, Layout::nhwc);
+  Buf w = random({c.K, c.C, 3, 3}, dt, Layout::nhwc, rng);
+  CHECK(forward(y.v, x.v, w.v, nullptr, c.p));
+  CHECK(backward_data(x.v, y.v, w.v, c.p));
+  CHECK(backward_weights(w.v, nullptr, y.v, x.v, c.p));
 }
 
 TEST_CASE("bf16 3x3 convolutions by Winograd F(2x2, 3x3) match the reference") {

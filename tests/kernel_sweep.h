@@ -159,6 +159,7 @@ struct ConvCase {
   Conv2dParams p;
   Layout lx, ly;
   DType dt;
+  Layout lw = Layout::nchw;  // the weights'
 };
 
 inline std::string conv_name(const ConvCase& c) {
@@ -170,7 +171,7 @@ inline std::string conv_name(const ConvCase& c) {
                 (long long)c.p.pad_top, (long long)c.p.pad_bottom, (long long)c.p.pad_left,
                 (long long)c.p.pad_right, (long long)c.p.dilation_h, (long long)c.p.dilation_w,
                 layout_name(c.lx), layout_name(c.ly), dtype_name(c.dt));
-  return buf;
+  return c.lw == Layout::nchw ? std::string(buf) : std::string(buf) + " w " + layout_name(c.lw);
 }
 
 inline bool conv_output(const ConvCase& c, int64_t& P, int64_t& Q) {
@@ -188,7 +189,7 @@ inline bool check_conv(const Backend& k, const ConvCase& c, std::mt19937& rng) {
   if (!conv_output(c, P, Q)) return true;
   const std::string name = conv_name(c);
   Buf x = random({c.N, c.C, c.H, c.W}, c.dt, c.lx, rng);
-  Buf w = random({c.K, c.C, c.R, c.S}, c.dt, Layout::nchw, rng);
+  Buf w = random({c.K, c.C, c.R, c.S}, c.dt, c.lw, rng);
   Buf bias = random({c.K}, c.dt, Layout::nchw, rng);
   Buf dy = random({c.N, c.K, P, Q}, c.dt, c.ly, rng);
   Buf y = make({c.N, c.K, P, Q}, c.dt, c.ly);
